@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sheaf.h - the Sheaf object-cache API.
+ *
+ * Sheaf is a userspace slab allocator with the Linux 7.0 SLUB design: per-CPU
+ * sheaves of object pointers, per-node barns of full and empty sheaves, slabs
+ * with freelists.  See docs/design.md for the theory statement.
+ *
+ * All handles are opaque.  Every function is thread-safe unless it says
+ * otherwise.  Errors by the caller (freeing a pointer Sheaf did not hand out,
+ * a pointer of another cache, a detectable double free) print one line on
+ * stderr naming the cache and the address and abort the process, or, with
+ * SHEAF_ON_ERROR=warn, report and leak the object.  Allocation failure returns
+ * NULL with errno = ENOMEM and leaves the cache usable.
+ *
+ * RCU: threads that call sheaf_cache_free_rcu() need not be registered with
+ * liburcu, but readers that rely on it must use the flavour selected with
+ * sheaf_rcu_set_flavor() (default: memb), and must be registered with it.
+ */
+#ifndef SHEAF_H
+#define SHEAF_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define SHEAF_API __attribute__((visibility("default")))
+#else
+#define SHEAF_API
+#endif
+
+struct sheaf_cache;
+struct sheaf_prefilled;
+
+/* Cache flags (struct sheaf_cache_args.flags). */
+#define SHEAF_HWCACHE_ALIGN    0x0001u /* align objects to cache lines (64 B) */
+#define SHEAF_TYPESAFE_BY_RCU  0x0002u /* slab memory returns to the OS only after an RCU
+                                          grace period; objects may be reused at once */
+#define SHEAF_NO_SHEAVES       0x0004u /* no per-CPU sheaves: every operation uses slabs */
+#define SHEAF_DEBUG_REDZONE    0x0010u /* red zones around each object */
+#define SHEAF_DEBUG_POISON     0x0020u /* poison free objects, check on allocation */
+#define SHEAF_DEBUG_STORE_USER 0x0040u /* record allocation and free call sites */
+#define SHEAF_DEBUG_CONSISTENCY 0x0080u /* consistency checks on every operation */
+#define SHEAF_DEBUG_ALL        0x00f0u
+
+struct sheaf_cache_args {
+	size_t align;                /* 0: natural (8, or 16 for sizes >= 16) */
+	unsigned int sheaf_capacity; /* 0: default (DESIGN D1); otherwise exactly this */
+	unsigned int flags;          /* SHEAF_* above */
+	void (*ctor)(void *);        /* run once per object when its slab is created */
+};
+
+/* Create a cache of objects of @size bytes.  @args may be NULL.  @name is
+ * copied (at most 47 bytes kept).  Returns NULL with errno set on failure
+ * (EINVAL for size 0, a size over SHEAF_MAX_OBJECT_SIZE or a bad alignment;
+ * ENOMEM). */
+SHEAF_API struct sheaf_cache *sheaf_cache_create(const char *name, size_t size,
+						 const struct sheaf_cache_args *args);
+
+/* Destroy a cache.  Waits for the cache's own RCU-deferred frees (never the
+ * global barrier).  Objects still allocated are reported (name, count) on
+ * stderr and their memory is kept, never freed under the program. */
+SHEAF_API void sheaf_cache_destroy(struct sheaf_cache *c);
+
+SHEAF_API void *sheaf_cache_alloc(struct sheaf_cache *c);
+SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj);
+
+/* All or nothing: returns @n with objs[0..n-1] filled, or 0 (errno ENOMEM). */
+SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **objs);
+SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **objs);
+
+/* Prefilled sheaves (kernel: kmem_cache_prefill_sheaf).  A prefilled sheaf
+ * with at least @n objects guarantees @n successful sheaf_cache_alloc_from()
+ * calls; alloc_from returns NULL once the sheaf is empty, never falling back
+ * to the cache.  prefill returns NULL (errno ENOMEM, or EINVAL for n == 0). */
+SHEAF_API struct sheaf_prefilled *sheaf_cache_prefill(struct sheaf_cache *c, unsigned int n);
+SHEAF_API void *sheaf_cache_alloc_from(struct sheaf_cache *c, struct sheaf_prefilled *s);
+/* Make *s hold at least @n objects; may replace *s.  0, -EINVAL, -ENOMEM
+ * (on -ENOMEM the old sheaf is intact). */
+SHEAF_API int sheaf_cache_refill(struct sheaf_cache *c, struct sheaf_prefilled **s, unsigned int n);
+SHEAF_API void sheaf_cache_return(struct sheaf_cache *c, struct sheaf_prefilled *s);
+SHEAF_API unsigned int sheaf_prefilled_size(const struct sheaf_prefilled *s);
+
+/* Flush every CPU's (or thread's) sheaves and the barns, discard empty slabs
+ * and give their memory back to the OS. */
+SHEAF_API void sheaf_cache_shrink(struct sheaf_cache *c);
+
+/* ---- Extensions ---------------------------------------------------------- */
+
+/* Change the sheaf capacity at run time (DESIGN D2).  Sheaves of the old
+ * capacity drain lazily.  Returns 0 or -EINVAL. */
+SHEAF_API int sheaf_cache_set_capacity(struct sheaf_cache *c, unsigned int capacity);
+SHEAF_API const char *sheaf_cache_name(const struct sheaf_cache *c);
+SHEAF_API size_t sheaf_cache_object_size(const struct sheaf_cache *c);
+/* The cache that owns @obj, or NULL if Sheaf's slabs do not hold it. */
+SHEAF_API struct sheaf_cache *sheaf_cache_of(const void *obj);
+
+/* RCU-deferred free (DESIGN §4).  The object keeps its contents until a grace
+ * period of the selected liburcu flavour has ended, then returns to the
+ * cache (as part of a full sheaf in the barn when possible). */
+SHEAF_API void sheaf_cache_free_rcu(struct sheaf_cache *c, void *obj);
+/* Returns once every object of @c passed to free_rcu before the call is back
+ * in the allocator.  Returns at once when the cache has none in flight. */
+SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c);
+/* The same for every cache. */
+SHEAF_API void sheaf_rcu_barrier(void);
+
+enum sheaf_rcu_flavor {
+	SHEAF_RCU_MEMB = 0, /* liburcu default flavour (urcu_memb_*) */
+	SHEAF_RCU_MB,       /* urcu_mb_* */
+	SHEAF_RCU_QSBR,     /* urcu_qsbr_* */
+};
+/* Select the flavour the program's readers use.  Must be called before the
+ * first sheaf_cache_free_rcu(); returns 0 or -EBUSY afterwards. */
+SHEAF_API int sheaf_rcu_set_flavor(enum sheaf_rcu_flavor f);
+
+/* Options (docs/options.md): set one by name before the first allocation.
+ * Returns 0, -ENOENT (unknown name), -EINVAL (bad value) or -EBUSY. */
+SHEAF_API int sheaf_option_set(const char *name, const char *value);
+
+/* Which per-CPU mode is active: "percpu-rseq" or "per-thread". */
+SHEAF_API const char *sheaf_percpu_mode(void);
+
+/* Flush the calling thread's sheaves (per-thread mode) to the barns; in
+ * per-CPU mode a no-op.  Called automatically at thread exit. */
+SHEAF_API void sheaf_thread_flush(void);
+
+#define SHEAF_MAX_OBJECT_SIZE (1u << 20)
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SHEAF_H */

@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * harness.h - Sheaf's test harness (STYLE R14): TAP output, CHECK macros that
+ * count failures, and a helper that runs a function in a child process and
+ * captures its exit status and stderr (for misuse tests that must abort).
+ */
+#ifndef SHEAF_HARNESS_H
+#define SHEAF_HARNESS_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int th_fails, th_checks, th_tests;
+
+#define CHECK(cond)                                                                        \
+	do {                                                                               \
+		th_checks++;                                                               \
+		if (!(cond)) {                                                             \
+			th_fails++;                                                        \
+			fprintf(stderr, "# FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);   \
+		}                                                                          \
+	} while (0)
+
+#define CHECKF(cond, ...)                                                                  \
+	do {                                                                               \
+		th_checks++;                                                               \
+		if (!(cond)) {                                                             \
+			th_fails++;                                                        \
+			fprintf(stderr, "# FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);   \
+			fprintf(stderr, __VA_ARGS__);                                      \
+			fputc('\n', stderr);                                               \
+		}                                                                          \
+	} while (0)
+
+/* Abort the whole test at once (for conditions later checks depend on). */
+#define REQUIRE(cond)                                                                      \
+	do {                                                                               \
+		th_checks++;                                                               \
+		if (!(cond)) {                                                             \
+			fprintf(stderr, "# FATAL %s:%d: %s\n", __FILE__, __LINE__, #cond);  \
+			printf("Bail out!\n");                                             \
+			exit(1);                                                           \
+		}                                                                          \
+	} while (0)
+
+/* Run one named sub-test and print a TAP line for it. */
+#define RUN(fn)                                                                            \
+	do {                                                                               \
+		int before_ = th_fails;                                                    \
+		th_tests++;                                                                \
+		fn();                                                                      \
+		printf("%s %d - %s\n", th_fails == before_ ? "ok" : "not ok", th_tests, #fn); \
+		fflush(stdout);                                                            \
+	} while (0)
+
+static inline int th_done(void)
+{
+	printf("1..%d\n# %d checks, %d failed\n", th_tests, th_checks, th_fails);
+	return th_fails ? 1 : 0;
+}
+
+/* Result of th_run_child(). */
+struct th_child {
+	int exited, status, signaled, sig;
+	char err[8192]; /* the child's stderr, NUL-terminated (truncated) */
+};
+
+/* Fork, run fn(arg) in the child with stderr captured, wait. */
+static inline void th_run_child(void (*fn)(void *), void *arg, struct th_child *r)
+{
+	int p[2];
+	memset(r, 0, sizeof(*r));
+	if (pipe(p) != 0) {
+		perror("pipe");
+		exit(2);
+	}
+	fflush(stdout);
+	fflush(stderr);
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(p[0]);
+		dup2(p[1], 2);
+		/* Keep the core dumps of deliberate aborts out of the way. */
+		signal(SIGABRT, SIG_DFL);
+		fn(arg);
+		_exit(0);
+	}
+	close(p[1]);
+	size_t n = 0;
+	for (;;) {
+		ssize_t k = read(p[0], r->err + n, sizeof(r->err) - 1 - n);
+		if (k <= 0)
+			break;
+		n += (size_t)k;
+		if (n == sizeof(r->err) - 1)
+			break;
+	}
+	r->err[n] = 0;
+	char sink[512];
+	while (read(p[0], sink, sizeof(sink)) > 0)
+		;
+	close(p[0]);
+	int st = 0;
+	waitpid(pid, &st, 0);
+	r->exited = WIFEXITED(st);
+	r->status = r->exited ? WEXITSTATUS(st) : -1;
+	r->signaled = WIFSIGNALED(st);
+	r->sig = r->signaled ? WTERMSIG(st) : 0;
+}
+
+/* A small deterministic PRNG (xorshift64*), for fixed-seed stress tests. */
+static inline uint64_t th_rand(uint64_t *s)
+{
+	uint64_t x = *s;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 0x2545F4914F6CDD1DULL;
+}
+
+/* Resident set size of this process in bytes (from /proc/self/statm). */
+static inline size_t th_rss(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	unsigned long size = 0, res = 0;
+	if (f) {
+		if (fscanf(f, "%lu %lu", &size, &res) != 2)
+			res = 0;
+		fclose(f);
+	}
+	return res * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+#endif /* SHEAF_HARNESS_H */
