@@ -45,6 +45,11 @@ struct sheaf_prefilled;
 #define SHEAF_DEBUG_STORE_USER 0x0040u /* record allocation and free call sites */
 #define SHEAF_DEBUG_CONSISTENCY 0x0080u /* consistency checks on every operation */
 #define SHEAF_DEBUG_ALL        0x00f0u
+/* Behave like Linux 7.0 (for comparison in benchmarks): size-tier sheaf
+ * capacity, barn limits 10/10 and none of DESIGN D1-D7 (no barn on memoryless
+ * nodes, remote-node objects bypass sheaves, fixed barn limits, global RCU
+ * barrier on destroy). */
+#define SHEAF_KERNEL_COMPAT    0x0100u
 
 struct sheaf_cache_args {
 	size_t align;                /* 0: natural (8, or 16 for sizes >= 16) */
