@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# bench.sh - install what is missing, build the release preset, and run the
+# benchmark driver's default suite (issue 8).  Arguments go to sheaf-bench
+# unchanged, e.g. scripts/bench.sh --help.
+#
+# Environment: SHEAF_JOBS  parallel build jobs (default: all CPUs)
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root" || exit 1
+JOBS=${SHEAF_JOBS:-$(nproc)}
+
+scripts/setup.sh || { echo "bench.sh: scripts/setup.sh failed" >&2; exit 1; }
+
+mkdir -p build/logs
+echo "== build (release preset)"
+if ! cmake --preset release >build/logs/release-configure.log 2>&1; then
+	tail -n 40 build/logs/release-configure.log
+	echo "bench.sh: configure failed (build/logs/release-configure.log)" >&2
+	exit 1
+fi
+# Everything, not just the driver: it also runs the preload library and helpers.
+if ! cmake --build --preset release -j "$JOBS" >build/logs/release-build.log 2>&1; then
+	tail -n 60 build/logs/release-build.log
+	echo "bench.sh: build failed (build/logs/release-build.log)" >&2
+	exit 1
+fi
+
+# Prefer the driver just built from this tree; an installed one may be older.
+driver=build/release/bench/sheaf-bench
+if [ ! -x "$driver" ]; then
+	if command -v sheaf-bench >/dev/null 2>&1; then
+		driver=$(command -v sheaf-bench)
+		echo "bench.sh: $root/build/release/bench/sheaf-bench was not built;" \
+			"using the installed $driver" >&2
+	else
+		echo "bench.sh: no benchmark driver: the release build has no" \
+			"build/release/bench/sheaf-bench (target sheaf-bench, bench/CMakeLists.txt)" \
+			"and none is installed on PATH" >&2
+		exit 1
+	fi
+fi
+echo "== $driver $*"
+exec "$driver" "$@"

@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# test_install.sh BUILD_DIR SOURCE_DIR
+#
+# Checks what issue 3 promises a user of `cmake --install build --prefix P`:
+# P/include/{sheaf,sheaf_stats,sheaf_malloc}.h, P/lib/libsheaf.so,
+# P/lib/libsheaf.a and P/lib/pkgconfig/sheaf.pc; that each installed header
+# compiles on its own, from C and from C++; and that a small program built only
+# with `pkg-config sheaf` runs, linked against the shared library and, with
+# `pkg-config --static`, against libsheaf.a.  Every check prints one line; any
+# failure fails the test (nothing is skipped).
+set -uo pipefail
+
+if [ $# -lt 2 ]; then
+	echo "usage: $0 BUILD_DIR SOURCE_DIR" >&2
+	exit 2
+fi
+build=$(cd "$1" && pwd) || exit 1
+src=$(cd "$2" && pwd) || exit 1
+
+fails=0 checks=0
+ok() { checks=$((checks + 1)); echo "ok $checks - $*"; }
+bad() { checks=$((checks + 1)) fails=$((fails + 1)); echo "not ok $checks - $*"; }
+die() { bad "$*"; echo "1..$checks"; exit 1; }
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sheaf-install.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+P=$tmp/prefix
+
+# The consumer must be compiled the way the library was: a library built with
+# a sanitizer needs the sanitizer's run time in the program too.
+cache_get() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
+[ -f "$build/CMakeCache.txt" ] || die "no CMakeCache.txt in $build"
+CC=$(cache_get CMAKE_C_COMPILER)
+CXX=$(cache_get CMAKE_CXX_COMPILER)
+CC=${CC:-cc} CXX=${CXX:-c++}
+san=()
+case $(cache_get SHEAF_SANITIZE) in
+address) san=(-fsanitize=address,undefined -fno-omit-frame-pointer) ;;
+thread) san=(-fsanitize=thread) ;;
+esac
+
+# ---- install ----------------------------------------------------------------
+if cmake --install "$build" --prefix "$P" >"$tmp/install.log" 2>&1; then
+	ok "cmake --install $build --prefix P"
+else
+	cat "$tmp/install.log"
+	die "cmake --install failed"
+fi
+
+for h in sheaf.h sheaf_stats.h sheaf_malloc.h; do
+	if [ -f "$P/include/$h" ]; then ok "P/include/$h"; else bad "P/include/$h missing"; fi
+done
+for f in lib/libsheaf.so lib/libsheaf.a lib/pkgconfig/sheaf.pc; do
+	if [ -e "$P/$f" ]; then
+		ok "P/$f"
+	else
+		# Say where it went instead, e.g. a multiarch lib/x86_64-linux-gnu.
+		where=$(cd "$P" && find . -name "$(basename "$f")" | head -n 3 | tr '\n' ' ')
+		bad "P/$f missing${where:+ (installed as: $where)}"
+	fi
+done
+if [ -e "$P/lib/libsheaf.so" ] && ! readelf -d "$P/lib/libsheaf.so" | grep -q 'SONAME.*libsheaf\.so'; then
+	bad "libsheaf.so has no SONAME"
+fi
+[ $fails -eq 0 ] || die "installed tree incomplete; listing:$(cd "$P" && find . -type f | sed 's/^/ /')"
+
+# ---- pkg-config ---------------------------------------------------------------
+export PKG_CONFIG_PATH=$P/lib/pkgconfig
+if ! pcflags=$(pkg-config --cflags sheaf 2>"$tmp/pc.err") ||
+	! pclibs=$(pkg-config --libs sheaf 2>>"$tmp/pc.err") ||
+	! pcstatic=$(pkg-config --static --libs sheaf 2>>"$tmp/pc.err"); then
+	cat "$tmp/pc.err"
+	die "pkg-config sheaf failed"
+fi
+ok "pkg-config: cflags '$pcflags', libs '$pclibs', static '$pcstatic'"
+# The .pc file must describe P, not the prefix the build was configured for.
+pc_inc=$(pkg-config --variable=includedir sheaf)
+pc_lib=$(pkg-config --variable=libdir sheaf)
+if [ "$(cd "$pc_inc" 2>/dev/null && pwd)" = "$P/include" ]; then
+	ok "sheaf.pc includedir is P/include"
+else
+	bad "sheaf.pc includedir is '$pc_inc', not P/include (is sheaf.pc relocatable to --prefix?)"
+fi
+if [ "$(cd "$pc_lib" 2>/dev/null && pwd)" = "$P/lib" ]; then
+	ok "sheaf.pc libdir is P/lib"
+else
+	bad "sheaf.pc libdir is '$pc_lib', not P/lib"
+fi
+
+# ---- headers stand alone -----------------------------------------------------------
+for h in sheaf.h sheaf_stats.h sheaf_malloc.h; do
+	printf '#include <%s>\nint sheaf_install_probe;\n' "$h" >"$tmp/hdr.c"
+	if "$CC" -std=c11 -Wall -Wextra -Werror $pcflags -c "$tmp/hdr.c" -o "$tmp/hdr.o" 2>"$tmp/cc.err"; then
+		ok "$h compiles alone (C11)"
+	else
+		cat "$tmp/cc.err"
+		bad "$h does not compile alone (C11)"
+	fi
+	cp "$tmp/hdr.c" "$tmp/hdr.cc"
+	if "$CXX" -Wall -Wextra -Werror $pcflags -c "$tmp/hdr.cc" -o "$tmp/hdr.o" 2>"$tmp/cc.err"; then
+		ok "$h compiles alone (C++)"
+	else
+		cat "$tmp/cc.err"
+		bad "$h does not compile alone (C++)"
+	fi
+done
+
+# ---- a user program ------------------------------------------------------------------
+cat >"$tmp/user.c" <<'PROG'
+#include <sheaf.h>
+#include <sheaf_stats.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#define N 1000
+
+int main(void)
+{
+	static void *objs[N];
+	struct sheaf_cache *c = sheaf_cache_create("install-test", 96, NULL);
+	if (!c) {
+		perror("sheaf_cache_create");
+		return 1;
+	}
+	for (int i = 0; i < N; i++) {
+		objs[i] = sheaf_cache_alloc(c);
+		if (!objs[i]) {
+			fprintf(stderr, "alloc %d failed\n", i);
+			return 1;
+		}
+		memset(objs[i], i & 0xff, 96);
+	}
+	for (int i = 0; i < N; i++) {
+		const unsigned char *p = objs[i];
+		if (p[0] != (i & 0xff) || p[95] != (i & 0xff)) {
+			fprintf(stderr, "object %d overwritten\n", i);
+			return 1;
+		}
+		if (sheaf_cache_of(objs[i]) != c) {
+			fprintf(stderr, "sheaf_cache_of(object %d) is not its cache\n", i);
+			return 1;
+		}
+	}
+	for (int i = 0; i < N; i++)
+		sheaf_cache_free(c, objs[i]);
+	if (sheaf_cache_alloc_bulk(c, N, objs) != N) {
+		fprintf(stderr, "bulk alloc failed\n");
+		return 1;
+	}
+	sheaf_cache_free_bulk(c, N, objs);
+
+	struct sheaf_stats st = { .size = sizeof(st) };
+	if (sheaf_stats_get(c, &st) != 0 || st.version != SHEAF_STATS_VERSION) {
+		fprintf(stderr, "sheaf_stats_get failed\n");
+		return 1;
+	}
+	uint64_t allocs = st.events[SHEAF_STAT_ALLOC_FASTPATH] + st.events[SHEAF_STAT_ALLOC_SLOWPATH];
+	sheaf_cache_destroy(c);
+	printf("install-test: %llu allocations counted\n", (unsigned long long)allocs);
+	return allocs == 2 * N ? 0 : 1;
+}
+PROG
+
+# Shared: exactly what pkg-config says, and the loader finds libsheaf.so in P/lib.
+if "$CC" -std=c11 -Wall -Wextra -Werror "${san[@]}" $pcflags "$tmp/user.c" -o "$tmp/user-shared" \
+	$pclibs 2>"$tmp/cc.err"; then
+	ok "user program links with pkg-config --cflags --libs sheaf"
+	if out=$(LD_LIBRARY_PATH=$P/lib "$tmp/user-shared" 2>&1); then
+		ok "shared-linked program runs: $out"
+	else
+		echo "$out"
+		bad "shared-linked program failed"
+	fi
+	if LD_LIBRARY_PATH=$P/lib ldd "$tmp/user-shared" | grep -q "$P/lib/libsheaf.so"; then
+		ok "it loaded P/lib/libsheaf.so"
+	else
+		bad "it did not load P/lib/libsheaf.so: $(LD_LIBRARY_PATH=$P/lib ldd "$tmp/user-shared" | grep sheaf)"
+	fi
+else
+	cat "$tmp/cc.err"
+	bad "user program does not link with pkg-config --cflags --libs sheaf"
+fi
+
+# Static: the --static flags with -lsheaf bound to the archive (with both
+# libsheaf.so and libsheaf.a in one directory, a plain -lsheaf picks the .so).
+static_libs=()
+for w in $pcstatic; do
+	if [ "$w" = -lsheaf ]; then static_libs+=(-Wl,-Bstatic -lsheaf -Wl,-Bdynamic); else static_libs+=("$w"); fi
+done
+if "$CC" -std=c11 -Wall -Wextra -Werror "${san[@]}" $pcflags "$tmp/user.c" -o "$tmp/user-static" \
+	"${static_libs[@]}" 2>"$tmp/cc.err"; then
+	ok "user program links statically: pkg-config --static, libsheaf.a"
+	if readelf -d "$tmp/user-static" | grep -q 'NEEDED.*libsheaf'; then
+		bad "static program still needs libsheaf.so"
+	else
+		ok "static program does not need libsheaf.so"
+	fi
+	if out=$(env -u LD_LIBRARY_PATH "$tmp/user-static" 2>&1); then
+		ok "statically linked program runs: $out"
+	else
+		echo "$out"
+		bad "statically linked program failed"
+	fi
+else
+	cat "$tmp/cc.err"
+	bad "user program does not link statically against libsheaf.a"
+fi
+
+echo "1..$checks"
+echo "# $checks checks, $fails failed"
+[ $fails -eq 0 ]
