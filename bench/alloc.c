@@ -1,0 +1,315 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * alloc.c - the allocators sheaf-bench compares.
+ *
+ * Peers are loaded with dlopen(RTLD_LOCAL) and called through the malloc/free
+ * that dlsym finds in their own handle, so several allocators live in one
+ * process and their windows can alternate (bench.h).  RTLD_LOCAL keeps them
+ * from interposing on the process's malloc: glibc stays the malloc of
+ * everything else.  jemalloc uses initial-exec TLS, which a dlopen'd library
+ * may only have if glibc kept static TLS surplus for it; main() re-executes
+ * the driver with GLIBC_TUNABLES=glibc.rtld.optional_static_tls raised.
+ *
+ * Sheaf is referenced weakly: the driver builds and reports the peers even
+ * when a part of the library (the malloc front end) is not in this build,
+ * and the report says which Sheaf contenders were absent.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "sheaf.h"
+#include "sheaf_malloc.h"
+#include "sheaf_stats.h"
+
+#pragma weak sheaf_cache_create
+#pragma weak sheaf_cache_destroy
+#pragma weak sheaf_cache_alloc
+#pragma weak sheaf_cache_free
+#pragma weak sheaf_malloc
+#pragma weak sheaf_free
+#pragma weak sheaf_stats_print
+#pragma weak sheaf_global_stats_get
+#pragma weak sheaf_percpu_mode
+
+/* Column order of the report. */
+struct bench_alloc bench_allocs[] = {
+	{ .name = "floor", .kind = BK_FLOOR },
+	{ .name = "glibc", .kind = BK_MALLOC, .apis = BENCH_API_MALLOC, .peer = true },
+	{ .name = "jemalloc", .kind = BK_MALLOC, .apis = BENCH_API_MALLOC, .peer = true },
+	{ .name = "mimalloc", .kind = BK_MALLOC, .apis = BENCH_API_MALLOC, .peer = true },
+	{ .name = "tcmalloc", .kind = BK_MALLOC, .apis = BENCH_API_MALLOC, .peer = true },
+	{ .name = "dpdk-mempool", .kind = BK_DPDK, .apis = BENCH_API_CACHE, .peer = true },
+	{ .name = "sheaf-malloc", .kind = BK_MALLOC, .apis = BENCH_API_MALLOC },
+	{ .name = "sheaf", .kind = BK_SHEAF, .apis = BENCH_API_CACHE },
+	{ .name = "sheaf-k7", .kind = BK_SHEAF, .apis = BENCH_API_CACHE,
+	  .cache_flags = SHEAF_KERNEL_COMPAT },
+};
+int bench_nallocs = (int)(sizeof(bench_allocs) / sizeof(bench_allocs[0]));
+
+const struct bench_alloc *bench_alloc_find(const char *name)
+{
+	for (int i = 0; i < bench_nallocs; i++)
+		if (!strcmp(bench_allocs[i].name, name))
+			return &bench_allocs[i];
+	return NULL;
+}
+
+static struct bench_alloc *find_mut(const char *name)
+{
+	return (struct bench_alloc *)bench_alloc_find(name);
+}
+
+/* Load one peer and check that what dlsym gives is really its own malloc,
+ * not the process's, and that it works. */
+static void load_peer(struct bench_alloc *a, const char *soname)
+{
+	void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+	void *m, *f;
+
+	if (!h) {
+		snprintf(a->how, sizeof(a->how), "dlopen failed: %s", dlerror());
+		return;
+	}
+	m = dlsym(h, "malloc");
+	f = dlsym(h, "free");
+	if (!m || !f) {
+		snprintf(a->how, sizeof(a->how), "%s has no malloc/free symbols", soname);
+		return;
+	}
+	if (m == dlsym(RTLD_DEFAULT, "malloc")) {
+		snprintf(a->how, sizeof(a->how), "%s: dlsym returned the process malloc", soname);
+		return;
+	}
+	a->malloc_fn = (void *(*)(size_t))m;
+	a->free_fn = (void (*)(void *))f;
+	/* Smoke: sizes across the small classes and a large one. */
+	for (size_t s = 8; s <= (1u << 20); s *= 2) {
+		char *p = a->malloc_fn(s);
+
+		if (!p) {
+			snprintf(a->how, sizeof(a->how), "%s: malloc(%zu) failed", soname, s);
+			return;
+		}
+		p[0] = p[s - 1] = 1;
+		a->free_fn(p);
+	}
+	a->available = true;
+	snprintf(a->how, sizeof(a->how), "dlopen(\"%s\", RTLD_LOCAL), malloc/free via dlsym",
+		 soname);
+}
+
+static void init_sheaf(void)
+{
+	struct bench_alloc *sm = find_mut("sheaf-malloc");
+
+	if (sheaf_malloc && sheaf_free) {
+		sm->malloc_fn = sheaf_malloc;
+		sm->free_fn = sheaf_free;
+		sm->available = true;
+		snprintf(sm->how, sizeof(sm->how), "sheaf_malloc/sheaf_free, linked");
+	} else {
+		snprintf(sm->how, sizeof(sm->how),
+			 "not in this build of libsheaf (sheaf_malloc missing)");
+	}
+	for (int i = 0; i < bench_nallocs; i++) {
+		struct bench_alloc *a = &bench_allocs[i];
+		struct sheaf_cache_args args = { .flags = a->cache_flags };
+		struct sheaf_cache *c;
+
+		if (a->kind != BK_SHEAF)
+			continue;
+		if (!sheaf_cache_create || !sheaf_cache_alloc || !sheaf_cache_free ||
+		    !sheaf_cache_destroy) {
+			snprintf(a->how, sizeof(a->how), "not in this build of libsheaf "
+							 "(object-cache API missing)");
+			continue;
+		}
+		/* Check the flags are accepted before the workloads rely on them. */
+		c = sheaf_cache_create("bench-probe", 64, &args);
+		if (!c) {
+			snprintf(a->how, sizeof(a->how), "sheaf_cache_create(flags %#x): %s",
+				 a->cache_flags, strerror(errno));
+			continue;
+		}
+		sheaf_cache_destroy(c);
+		a->available = true;
+		snprintf(a->how, sizeof(a->how), "sheaf_cache_* API, linked, flags %#x%s",
+			 a->cache_flags,
+			 a->cache_flags & SHEAF_KERNEL_COMPAT ? " (SHEAF_KERNEL_COMPAT)" : "");
+	}
+}
+
+void bench_allocs_init(bool sanitized)
+{
+	static const struct {
+		const char *name, *soname;
+	} peers[] = {
+		{ "jemalloc", "libjemalloc.so.2" },
+		{ "mimalloc", "libmimalloc.so.2" },
+		{ "tcmalloc", "libtcmalloc_minimal.so.4" },
+	};
+	struct bench_alloc *a;
+
+	a = find_mut("floor");
+	a->available = true;
+	snprintf(a->how, sizeof(a->how), "no allocator: preallocated objects cycled");
+
+	a = find_mut("glibc");
+	a->malloc_fn = malloc;
+	a->free_fn = free;
+	a->available = true;
+	snprintf(a->how, sizeof(a->how), "%s",
+		 sanitized ? "the process malloc (the sanitizer's interceptor in this build)"
+			   : "the process malloc (glibc)");
+
+	for (size_t i = 0; i < sizeof(peers) / sizeof(peers[0]); i++) {
+		a = find_mut(peers[i].name);
+		if (sanitized)
+			snprintf(a->how, sizeof(a->how),
+				 "skipped in sanitizer builds: its uninstrumented atomics hand "
+				 "memory between threads unseen by the sanitizer");
+		else
+			load_peer(a, peers[i].soname);
+	}
+
+	a = find_mut("dpdk-mempool");
+#ifdef SHEAF_BENCH_DPDK
+	if (sanitized) {
+		snprintf(a->how, sizeof(a->how), "skipped in sanitizer builds");
+	} else {
+		a->available = true; /* the EAL starts on first use (bench_pool_open) */
+		snprintf(a->how, sizeof(a->how),
+			 "%s rte_mempool, per-lcore cache %d, EAL lcores 0-1, "
+			 "rte_mempool_get/put", bench_dpdk_version(), 512);
+	}
+#else
+	snprintf(a->how, sizeof(a->how), "not built: libdpdk (pkg-config) not found%s",
+		 sanitized ? " or sanitizer build" : "");
+#endif
+	init_sheaf();
+}
+
+int bench_pool_open(struct bench_pool *p, const struct bench_alloc *a, size_t size,
+		    size_t max_live, char *why, size_t whylen)
+{
+	memset(p, 0, sizeof(*p));
+	p->a = a;
+	p->kind = a->kind;
+	p->size = size;
+	switch (a->kind) {
+	case BK_MALLOC:
+		p->malloc_fn = a->malloc_fn;
+		p->free_fn = a->free_fn;
+		return 0;
+	case BK_SHEAF: {
+		struct sheaf_cache_args args = { .flags = a->cache_flags };
+		char name[48];
+
+		snprintf(name, sizeof(name), "bench-%s-%zu", a->name, size);
+		p->cache = sheaf_cache_create(name, size, &args);
+		if (!p->cache) {
+			snprintf(why, whylen, "sheaf_cache_create: %s", strerror(errno));
+			return -1;
+		}
+		p->c_alloc = sheaf_cache_alloc;
+		p->c_free = sheaf_cache_free;
+		return 0;
+	}
+	case BK_DPDK:
+#ifdef SHEAF_BENCH_DPDK
+		if (bench_dpdk_init(why, whylen)) {
+			find_mut(a->name)->available = false;
+			snprintf(find_mut(a->name)->how, sizeof(a->how), "EAL did not start: %s",
+				 why);
+			return -1;
+		}
+		p->mp = bench_dpdk_pool_create(size, max_live, why, whylen);
+		if (!p->mp)
+			return -1;
+		p->d_get = bench_dpdk_get;
+		p->d_put = bench_dpdk_put;
+		return 0;
+#else
+		snprintf(why, whylen, "DPDK not built");
+		return -1;
+#endif
+	case BK_FLOOR:
+	default: {
+		size_t stride = (size + 63) & ~(size_t)63;
+		char *block;
+
+		p->floor_n = max_live < 1024 ? 1024 : max_live;
+		block = aligned_alloc(64, p->floor_n * stride);
+		p->floor_objs = malloc(p->floor_n * sizeof(void *));
+		if (!block || !p->floor_objs) {
+			free(block);
+			free(p->floor_objs);
+			snprintf(why, whylen, "out of memory");
+			return -1;
+		}
+		memset(block, 0, p->floor_n * stride);
+		for (size_t i = 0; i < p->floor_n; i++)
+			p->floor_objs[i] = block + i * stride;
+		return 0;
+	}
+	}
+}
+
+void bench_pool_close(struct bench_pool *p)
+{
+	switch (p->kind) {
+	case BK_SHEAF:
+		if (p->cache)
+			sheaf_cache_destroy(p->cache);
+		break;
+	case BK_DPDK:
+#ifdef SHEAF_BENCH_DPDK
+		if (p->mp)
+			bench_dpdk_pool_free(p->mp);
+#endif
+		break;
+	case BK_FLOOR:
+		if (p->floor_objs) {
+			free(p->floor_objs[0]);
+			free(p->floor_objs);
+		}
+		break;
+	case BK_MALLOC:
+	default:
+		break;
+	}
+	memset(p, 0, sizeof(*p));
+}
+
+void bench_pool_dump_stats(const struct bench_pool *p, FILE *f, const char *heading)
+{
+	if (p->kind != BK_SHEAF || !p->cache || !sheaf_stats_print)
+		return;
+	fprintf(f, "==== %s\n", heading);
+	sheaf_stats_print(p->cache, f);
+	fprintf(f, "\n");
+}
+
+int bench_sheaf_topology(unsigned *nodes, unsigned *memory_nodes, unsigned *cpus)
+{
+	struct sheaf_global_stats st;
+
+	if (!sheaf_global_stats_get)
+		return -1;
+	memset(&st, 0, sizeof(st));
+	st.size = sizeof(st);
+	if (sheaf_global_stats_get(&st))
+		return -1;
+	*nodes = (unsigned)st.nodes;
+	*memory_nodes = (unsigned)st.memory_nodes;
+	*cpus = (unsigned)st.cpus;
+	return 0;
+}
+
+const char *bench_sheaf_mode(void)
+{
+	return sheaf_percpu_mode ? sheaf_percpu_mode() : "(sheaf_percpu_mode not linked)";
+}

@@ -1,0 +1,335 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench.h - the sheaf-bench driver: allocators under test, timing windows,
+ * results and the workload registry (issue 8, DESIGN §9, STYLE R15).
+ *
+ * Method (see docs/benchmarks.md):
+ *  - Every contender (an allocator bound to one object size, a "pool") runs
+ *    the same fixed amount of work per window; the amount is calibrated once
+ *    per contender so a window lasts about ctx->window_ms.
+ *  - Windows of the contenders of one phase alternate (the starting contender
+ *    rotates every round), so slow drifts of the host hit all of them alike.
+ *  - Each window yields ns per unit of work; a phase records min, p10, p25,
+ *    median, p75 and max over its windows.  Same-CPU figures are judged by
+ *    the median, cross-CPU figures by p10, because this VM's host moves vCPUs
+ *    in bursts and a cross-CPU round trip then jumps from ~100 ns to
+ *    microseconds: the low percentile is the figure of the code, the upper
+ *    tail the figure of the host.
+ *
+ * Every allocator is called through one indirect call per operation (a
+ * function pointer from dlsym, or Sheaf's exported function), so none of them
+ * gets an inlined fast path the others lack.  DPDK's get/put are inline in its
+ * headers; they are wrapped in one out-of-line function each (dpdk.c), which
+ * is the same one call.
+ *
+ * Adding a workload: write bench/wl_<name>.c with a static struct
+ * bench_workload and BENCH_REGISTER(it); CMake picks up bench/wl_*.c.
+ */
+#ifndef SHEAF_BENCH_H
+#define SHEAF_BENCH_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <time.h>
+
+struct sheaf_cache;
+
+#define BENCH_FMT(a, b) __attribute__((format(printf, a, b)))
+
+/* ---- time and CPUs ------------------------------------------------------- */
+
+static inline uint64_t bench_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void bench_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#else
+	atomic_signal_fence(memory_order_seq_cst);
+#endif
+}
+
+/* The two CPUs the workloads use: the producer's and the consumer's. */
+extern int bench_cpu[2];
+/* Pin the calling thread to @cpu (-1: to every CPU it may use).  0 or -errno. */
+int bench_pin_self(int cpu);
+void bench_sleep_ms(unsigned ms);
+
+/* ---- allocators ------------------------------------------------------------ */
+
+enum bench_kind {
+	BK_FLOOR,  /* no allocator: preallocated objects, for the hand-off floor */
+	BK_MALLOC, /* malloc/free pair of functions */
+	BK_SHEAF,  /* a Sheaf object cache */
+	BK_DPDK,   /* a DPDK rte_mempool with per-lcore cache */
+};
+
+#define BENCH_API_MALLOC 1u
+#define BENCH_API_CACHE 2u
+
+struct bench_alloc {
+	const char *name;  /* short id used in CSV and --allocs: "mimalloc" */
+	enum bench_kind kind;
+	unsigned apis;     /* BENCH_API_*: in which comparisons it takes part */
+	bool peer;         /* counts for "best peer" */
+	bool available;
+	char how[200];     /* how it was loaded, or why it is not available */
+	void *(*malloc_fn)(size_t);
+	void (*free_fn)(void *);
+	unsigned cache_flags; /* BK_SHEAF: SHEAF_* flags of the caches */
+};
+
+extern struct bench_alloc bench_allocs[];
+extern int bench_nallocs;
+
+/* One allocator bound to one object size. */
+struct bench_pool {
+	const struct bench_alloc *a;
+	enum bench_kind kind;
+	size_t size;
+	void *(*malloc_fn)(size_t);
+	void (*free_fn)(void *);
+	struct sheaf_cache *cache;
+	void *(*c_alloc)(struct sheaf_cache *);
+	void (*c_free)(struct sheaf_cache *, void *);
+	void *mp; /* BK_DPDK: struct rte_mempool * */
+	void *(*d_get)(void *);
+	void (*d_put)(void *, void *);
+	void **floor_objs;
+	size_t floor_n, floor_i;
+};
+
+/* Load the peers and look up Sheaf (called once by main). */
+void bench_allocs_init(bool sanitized);
+const struct bench_alloc *bench_alloc_find(const char *name);
+/* Bind @a to objects of @size bytes, at most @max_live of them alive at once
+ * (DPDK pools and the floor are sized from it).  0, or -1 with why[] set. */
+int bench_pool_open(struct bench_pool *p, const struct bench_alloc *a, size_t size,
+		    size_t max_live, char *why, size_t whylen);
+void bench_pool_close(struct bench_pool *p);
+/* Sheaf's statistics of a Sheaf pool into @f (for the profile file). */
+void bench_pool_dump_stats(const struct bench_pool *p, FILE *f, const char *heading);
+/* Sheaf's view of the topology: 0, or -1 when Sheaf is not linked. */
+int bench_sheaf_topology(unsigned *nodes, unsigned *memory_nodes, unsigned *cpus);
+const char *bench_sheaf_mode(void);
+
+static inline void *bench_alloc(struct bench_pool *p)
+{
+	switch (p->kind) {
+	case BK_MALLOC:
+		return p->malloc_fn(p->size);
+	case BK_SHEAF:
+		return p->c_alloc(p->cache);
+	case BK_DPDK:
+		return p->d_get(p->mp);
+	case BK_FLOOR:
+	default: {
+		/* Only the producer calls this; the ring never holds more than
+		 * floor_n objects, so none is handed out twice in flight. */
+		void *o = p->floor_objs[p->floor_i];
+
+		p->floor_i = p->floor_i + 1 == p->floor_n ? 0 : p->floor_i + 1;
+		return o;
+	}
+	}
+}
+
+static inline void bench_free(struct bench_pool *p, void *o)
+{
+	switch (p->kind) {
+	case BK_MALLOC:
+		p->free_fn(o);
+		break;
+	case BK_SHEAF:
+		p->c_free(p->cache, o);
+		break;
+	case BK_DPDK:
+		p->d_put(p->mp, o);
+		break;
+	case BK_FLOOR:
+	default:
+		break;
+	}
+}
+
+/* ---- DPDK (dpdk.c; only when built with libdpdk) ------------------------------ */
+
+int bench_dpdk_init(char *why, size_t whylen);
+void *bench_dpdk_pool_create(size_t size, size_t n, char *why, size_t whylen);
+void bench_dpdk_pool_free(void *mp);
+void *bench_dpdk_get(void *mp);
+void bench_dpdk_put(void *mp, void *obj);
+/* Run @remote on EAL worker lcore 1 while the caller (the main lcore) runs
+ * @local; wait for both. */
+int bench_dpdk_run_pair(void (*local)(void *), void (*remote)(void *), void *arg);
+const char *bench_dpdk_version(void);
+
+/* ---- two pinned threads -------------------------------------------------------- */
+
+/* Run prod(arg) on bench_cpu[0] and cons(arg) on bench_cpu[1] and wait for
+ * both.  DPDK pools run on EAL lcores (the caller is the main lcore).  0 or -1. */
+int bench_run_pair(const struct bench_pool *p, void (*prod)(void *), void (*cons)(void *),
+		   void *arg);
+
+/* Single-producer single-consumer ring of pointers, cache-line separated. */
+#define BENCH_RING_SLOTS 256u
+struct bench_ring {
+	_Alignas(64) _Atomic size_t head; /* written by the producer */
+	_Alignas(64) _Atomic size_t tail; /* written by the consumer */
+	_Alignas(64) void *slot[BENCH_RING_SLOTS];
+};
+
+/* ---- statistics and results ---------------------------------------------------- */
+
+struct bench_stat {
+	int n;
+	double min, p10, p25, med, p75, max;
+};
+void bench_stat_compute(double *v, int n, struct bench_stat *s);
+
+enum bench_head { BH_MEDIAN, BH_P10, BH_VALUE };
+
+struct bench_result {
+	char workload[24], variant[40], topo[24], contender[24], unit[16];
+	enum bench_head head;
+	struct bench_stat st;
+};
+double bench_headline(const struct bench_result *r);
+const char *bench_head_name(enum bench_head h);
+
+struct bench_target {
+	char workload[24];
+	char text[200];
+	int met; /* 1 met, 0 not met, -1 not measurable in this run */
+	char detail[400];
+};
+
+struct bench_ctx {
+	bool quick;
+	bool child;           /* a child process: records go to stdout */
+	bool plots;
+	const char *only;     /* comma list of workloads, or NULL */
+	const char *allocs;   /* comma list of contenders, or NULL */
+	char out[4096];
+	double window_ms;     /* target length of one window */
+	int reps;             /* windows per contender, same-CPU phases */
+	int reps_xcpu;        /* windows per contender, cross-CPU phases */
+	const char *self_exe;
+	FILE *profile;        /* Sheaf statistics per phase, or NULL */
+	uint64_t t_start;
+
+	struct bench_result *res;
+	int nres, capres;
+	struct bench_target *tg;
+	int ntg, captg;
+	char *notes;          /* "workload\tline\n"... */
+	size_t notes_len, notes_cap;
+};
+
+void bench_record(struct bench_ctx *ctx, const char *wl, const char *variant, const char *topo,
+		  const char *contender, const char *unit, enum bench_head head,
+		  const struct bench_stat *st);
+const struct bench_result *bench_find(const struct bench_ctx *ctx, const char *wl,
+				      const char *variant, const char *topo,
+				      const char *contender);
+/* Lowest headline among the peers measured in this (wl, variant, topo);
+ * @api selects malloc peers (BENCH_API_MALLOC) or all peers (0).  NAN if none;
+ * *who gets the peer's name. */
+double bench_best_peer(const struct bench_ctx *ctx, const char *wl, const char *variant,
+		       const char *topo, unsigned api, const char **who);
+void bench_target(struct bench_ctx *ctx, const char *wl, int met, const char *text,
+		  const char *detail_fmt, ...) BENCH_FMT(5, 6);
+void bench_note(struct bench_ctx *ctx, const char *wl, const char *fmt, ...) BENCH_FMT(3, 4);
+/* True when @name is selected by --allocs (or no --allocs was given). */
+bool bench_alloc_selected(const struct bench_ctx *ctx, const char *name);
+
+/* Progress on stderr. */
+void bench_progress(struct bench_ctx *ctx, const char *fmt, ...) BENCH_FMT(2, 3);
+void bench_progress_done(struct bench_ctx *ctx);
+
+/* ---- phases: interleaved windows -------------------------------------------- */
+
+/* One window: do @n units of work with @p and return ns per unit (<0: failed). */
+typedef double (*bench_window_fn)(void *state, struct bench_pool *p, uint64_t n);
+
+struct bench_phase {
+	const char *workload, *variant, *topo, *unit;
+	enum bench_head head;
+	unsigned apis;        /* contenders with any of these APIs take part */
+	bool with_floor;      /* the no-allocator floor takes part too */
+	size_t size, max_live;
+	uint64_t granule;     /* n is a multiple of this */
+	int reps;
+	bench_window_fn fn;
+	void *state;
+	const char *const *only_allocs; /* NULL-terminated subset, or NULL */
+};
+void bench_phase_run(struct bench_ctx *ctx, const struct bench_phase *ph);
+
+/* ---- children ------------------------------------------------------------------ */
+
+/* Run `self --child=<wl>:<arg>` with the extra environment @env (NULL or
+ * "K=V" strings, NULL-terminated), merge the records it prints.  0 or -1. */
+int bench_spawn_child(struct bench_ctx *ctx, const char *wl, const char *arg,
+		      const char *const *env);
+
+/* ---- memory -------------------------------------------------------------------- */
+
+/* Resident set (VmRSS) and its peak (VmHWM) of this process, KiB. */
+long bench_rss_kib(void);
+long bench_hwm_kib(void);
+/* Reset VmHWM to the current RSS (/proc/self/clear_refs "5").  0 or -1. */
+int bench_hwm_reset(void);
+
+/* ---- shared workload pieces ------------------------------------------------------ */
+
+/* The malloc mix (wl_mix.c), also run by the memory workload: two pinned
+ * threads, @ops malloc+free pairs each with random sizes, a quarter of the
+ * frees done by the other thread.  @wide: sizes up to 64 KiB instead of 1 KiB.
+ * Returns ns per pair per thread, <0 on failure. */
+double bench_mix_window(struct bench_pool *p, uint64_t ops, bool wide, uint64_t seed);
+
+/* The producer/consumer hand-off (wl_xcpu.c), also run by the memory
+ * workload: @n objects (a multiple of @burst <= 64) allocated on
+ * bench_cpu[0], freed on bench_cpu[1].  ns per object, <0 on failure. */
+double bench_xcpu_window(struct bench_pool *p, struct bench_ring *ring, uint64_t n,
+			 unsigned burst);
+
+/* ---- registry ------------------------------------------------------------------ */
+
+struct bench_workload {
+	const char *name;    /* --only=<name> */
+	const char *title;   /* section heading in the report */
+	int order;           /* run and report order */
+	const char *about;   /* one paragraph for the report */
+	void (*run)(struct bench_ctx *ctx);
+	/* Entry of `--child=<name>:<arg>`; returns the exit status. */
+	int (*child)(struct bench_ctx *ctx, const char *arg);
+};
+void bench_register(const struct bench_workload *w);
+extern const struct bench_workload *bench_workloads[];
+extern int bench_nworkloads;
+
+#define BENCH_REGISTER(w)                                                      \
+	__attribute__((constructor)) static void bench_register_##w(void)      \
+	{                                                                      \
+		bench_register(&(w));                                          \
+	}
+
+/* ---- output (report.c) -------------------------------------------------------- */
+
+void bench_write_csv(const struct bench_ctx *ctx, const char *path);
+void bench_write_machine(const struct bench_ctx *ctx, const char *path);
+void bench_write_report(const struct bench_ctx *ctx, const char *path, double elapsed_s);
+
+#endif /* SHEAF_BENCH_H */

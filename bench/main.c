@@ -1,0 +1,298 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * main.c - sheaf-bench: Sheaf against glibc, jemalloc, mimalloc, tcmalloc
+ * and DPDK's mempool, in one run, into a dated results folder (issue 8).
+ *
+ *   sheaf-bench [--quick] [--only=wl,...] [--allocs=a,...] [--out=DIR] [--no-plots]
+ *   sheaf-bench --list
+ */
+#include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(SHEAF_BENCH_SANITIZED)
+#define BENCH_SANITIZED 1
+#else
+#define BENCH_SANITIZED 0
+#endif
+
+#ifndef SHEAF_BENCH_RESULTS
+#define SHEAF_BENCH_RESULTS "bench/results"
+#endif
+#ifndef SHEAF_BENCH_PLOT
+#define SHEAF_BENCH_PLOT "plot.py"
+#endif
+#ifndef SHEAF_BENCH_PLOT_INSTALLED
+#define SHEAF_BENCH_PLOT_INSTALLED "/usr/local/share/sheaf/plot.py"
+#endif
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: sheaf-bench [options]\n"
+		"  --quick          short smoke run (~30 s): fewer sizes, windows and repetitions\n"
+		"  --only=W[,W...]  run only these workloads (see --list)\n"
+		"  --allocs=A[,...] run only these contenders (see --list)\n"
+		"  --out=DIR        results folder (default: %s/<YYYY-MM-DD-HHMM>)\n"
+		"  --no-plots       do not run the plotting script\n"
+		"  --list           list workloads and contenders, then exit\n",
+		SHEAF_BENCH_RESULTS);
+}
+
+/* jemalloc's initial-exec TLS needs static TLS surplus when dlopen'd (see
+ * alloc.c): restart once with the glibc tunable raised. */
+static void reexec_for_tls(char **argv)
+{
+	const char *t = getenv("GLIBC_TUNABLES");
+	char buf[1024];
+
+	if (getenv("SHEAF_BENCH_REEXEC") || (t && strstr(t, "optional_static_tls")))
+		return;
+	snprintf(buf, sizeof(buf), "%s%sglibc.rtld.optional_static_tls=65536", t ? t : "",
+		 t && *t ? ":" : "");
+	setenv("GLIBC_TUNABLES", buf, 1);
+	setenv("SHEAF_BENCH_REEXEC", "1", 1);
+	execv("/proc/self/exe", argv);
+	/* Not fatal: jemalloc will then report why it could not be loaded. */
+}
+
+static void pick_cpus(void)
+{
+	cpu_set_t set;
+	int found = 0;
+
+	if (sched_getaffinity(0, sizeof(set), &set))
+		return;
+	for (int c = 0; c < CPU_SETSIZE && found < 2; c++)
+		if (CPU_ISSET(c, &set))
+			bench_cpu[found++] = c;
+	if (found == 1)
+		bench_cpu[1] = bench_cpu[0];
+}
+
+static int mkdir_p(const char *path)
+{
+	char tmp[4096];
+
+	snprintf(tmp, sizeof(tmp), "%s", path);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p == '/') {
+			*p = 0;
+			if (mkdir(tmp, 0755) && errno != EEXIST)
+				return -1;
+			*p = '/';
+		}
+	}
+	return mkdir(tmp, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+static void default_out(struct bench_ctx *ctx)
+{
+	char stamp[32], base[2048];
+	time_t now = time(NULL);
+	struct tm tm;
+	struct stat st;
+
+	gmtime_r(&now, &tm);
+	strftime(stamp, sizeof(stamp), "%Y-%m-%d-%H%M", &tm);
+	if (!stat(SHEAF_BENCH_RESULTS, &st) && S_ISDIR(st.st_mode) &&
+	    !access(SHEAF_BENCH_RESULTS, W_OK))
+		snprintf(base, sizeof(base), "%s", SHEAF_BENCH_RESULTS);
+	else
+		snprintf(base, sizeof(base), "sheaf-bench-results");
+	snprintf(ctx->out, sizeof(ctx->out), "%s/%s", base, stamp);
+	/* Two runs in one minute: do not overwrite the first. */
+	for (int i = 2; !stat(ctx->out, &st) && i < 100; i++)
+		snprintf(ctx->out, sizeof(ctx->out), "%s/%s-%d", base, stamp, i);
+}
+
+static bool selected(const char *list, const char *name)
+{
+	size_t len = strlen(name);
+
+	if (!list)
+		return true;
+	for (const char *s = list; *s;) {
+		const char *e = strchr(s, ',');
+		size_t l = e ? (size_t)(e - s) : strlen(s);
+
+		if (l == len && !strncmp(s, name, len))
+			return true;
+		if (!e)
+			break;
+		s = e + 1;
+	}
+	return false;
+}
+
+static const char *plot_script(void)
+{
+	const char *e = getenv("SHEAF_BENCH_PLOT");
+
+	if (e && !access(e, R_OK))
+		return e;
+	if (!access(SHEAF_BENCH_PLOT, R_OK))
+		return SHEAF_BENCH_PLOT;
+	if (!access(SHEAF_BENCH_PLOT_INSTALLED, R_OK))
+		return SHEAF_BENCH_PLOT_INSTALLED;
+	return NULL;
+}
+
+static void run_plots(struct bench_ctx *ctx)
+{
+	const char *script = plot_script();
+	char cmd[16384];
+	int rc;
+
+	if (!script) {
+		bench_note(ctx, "plots", "plot.py not found: no plots");
+		return;
+	}
+	/* Debian's python3-matplotlib is for the system interpreter; a python3
+	 * earlier on PATH (pyenv, a venv) may lack it. */
+	const char *py = access("/usr/bin/python3", X_OK) ? "python3" : "/usr/bin/python3";
+
+	bench_progress(ctx, "plots: %s %s", py, script);
+	snprintf(cmd, sizeof(cmd), "'%s' '%s' '%s' >'%s/plot.log' 2>&1", py, script, ctx->out,
+		 ctx->out);
+	rc = system(cmd);
+	if (rc)
+		bench_note(ctx, "plots", "%s %s failed (status %d, see plot.log): no plots", py,
+			   script, rc);
+}
+
+static void list(void)
+{
+	printf("workloads:\n");
+	for (int i = 0; i < bench_nworkloads; i++)
+		printf("  %-10s %s\n", bench_workloads[i]->name, bench_workloads[i]->title);
+	printf("contenders:\n");
+	for (int i = 0; i < bench_nallocs; i++)
+		printf("  %-13s %-3s %s\n", bench_allocs[i].name,
+		       bench_allocs[i].available ? "yes" : "no", bench_allocs[i].how);
+}
+
+int main(int argc, char **argv)
+{
+	static struct bench_ctx ctx;
+	static char exe[PATH_MAX];
+	const char *child = NULL;
+	bool do_list = false;
+	char path[4200];
+	ssize_t n;
+	int met = 0, missed = 0, na = 0;
+
+	reexec_for_tls(argv);
+	ctx.plots = true;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (!strcmp(a, "--quick"))
+			ctx.quick = true;
+		else if (!strncmp(a, "--only=", 7))
+			ctx.only = a + 7;
+		else if (!strncmp(a, "--allocs=", 9))
+			ctx.allocs = a[9] ? a + 9 : NULL;
+		else if (!strncmp(a, "--out=", 6))
+			snprintf(ctx.out, sizeof(ctx.out), "%s", a + 6);
+		else if (!strcmp(a, "--no-plots"))
+			ctx.plots = false;
+		else if (!strcmp(a, "--list"))
+			do_list = true;
+		else if (!strncmp(a, "--child=", 8))
+			child = a + 8;
+		else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage(stdout);
+			return 0;
+		} else {
+			fprintf(stderr, "sheaf-bench: unknown argument '%s'\n", a);
+			usage(stderr);
+			return 2;
+		}
+	}
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	ctx.self_exe = n > 0 ? (exe[n] = 0, exe) : argv[0];
+	ctx.window_ms = ctx.quick ? 4 : 20;
+	ctx.reps = ctx.quick ? 3 : 15;
+	ctx.reps_xcpu = ctx.quick ? 5 : 40;
+	ctx.t_start = bench_now_ns();
+
+	/* Same-CPU workloads run on the main thread, on bench_cpu[0] (where
+	 * DPDK's EAL puts its main lcore too). */
+	pick_cpus();
+	bench_pin_self(bench_cpu[0]);
+	bench_allocs_init(BENCH_SANITIZED);
+
+	if (do_list) {
+		list();
+		return 0;
+	}
+	if (child) {
+		const char *colon = strchr(child, ':');
+		size_t wl = colon ? (size_t)(colon - child) : strlen(child);
+
+		ctx.child = true;
+		for (int i = 0; i < bench_nworkloads; i++) {
+			const struct bench_workload *w = bench_workloads[i];
+
+			if (strlen(w->name) == wl && !strncmp(w->name, child, wl) && w->child)
+				return w->child(&ctx, colon ? colon + 1 : "");
+		}
+		return 2;
+	}
+
+	if (!ctx.out[0])
+		default_out(&ctx);
+	if (mkdir_p(ctx.out)) {
+		fprintf(stderr, "sheaf-bench: cannot create %s: %s\n", ctx.out, strerror(errno));
+		return 1;
+	}
+	fprintf(stderr, "sheaf-bench: %s run, results in %s\n", ctx.quick ? "quick" : "full",
+		ctx.out);
+	for (int i = 0; i < bench_nallocs; i++)
+		fprintf(stderr, "  %-13s %s\n", bench_allocs[i].name,
+			bench_allocs[i].available ? bench_allocs[i].how : "(absent)");
+	snprintf(path, sizeof(path), "%s/sheaf-stats.txt", ctx.out);
+	ctx.profile = fopen(path, "w");
+
+	for (int i = 0; i < bench_nworkloads; i++) {
+		const struct bench_workload *w = bench_workloads[i];
+
+		if (!selected(ctx.only, w->name))
+			continue;
+		bench_progress(&ctx, "%s: starting", w->title);
+		w->run(&ctx);
+		bench_progress_done(&ctx);
+	}
+	if (ctx.profile)
+		fclose(ctx.profile);
+
+	snprintf(path, sizeof(path), "%s/results.csv", ctx.out);
+	bench_write_csv(&ctx, path);
+	snprintf(path, sizeof(path), "%s/machine.txt", ctx.out);
+	bench_write_machine(&ctx, path);
+	if (ctx.plots)
+		run_plots(&ctx);
+	bench_progress_done(&ctx);
+	snprintf(path, sizeof(path), "%s/report.md", ctx.out);
+	bench_write_report(&ctx, path, (double)(bench_now_ns() - ctx.t_start) / 1e9);
+
+	for (int i = 0; i < ctx.ntg; i++) {
+		if (ctx.tg[i].met > 0)
+			met++;
+		else if (ctx.tg[i].met == 0)
+			missed++;
+		else
+			na++;
+	}
+	printf("sheaf-bench: %.0f s; targets met %d, not met %d, not measured %d\n",
+	       (double)(bench_now_ns() - ctx.t_start) / 1e9, met, missed, na);
+	printf("sheaf-bench: report %s\n", path);
+	return 0;
+}
