@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * barn.c - per-node depot of full and empty sheaves (K§1.3, DESIGN D6).
+ *
+ * Every operation takes barn->lock once and moves whole sheaves (peers.md §2.10: the
+ * middle layer must never move single objects).  nr_full and nr_empty are read racily
+ * by callers to fail fast without the lock.
+ *
+ * D6, working-set trimming: Linux 7.0 caps a barn at 10 full and 10 empty sheaves and
+ * empties it only on shrink.  Sheaf keeps those caps as upper bounds but, like Bonwick's
+ * depot reaping, estimates the working set: every interval of 256 barn operations the
+ * lowest nr_full seen in it feeds an EWMA (weight 1/4); sheaves above EWMA + 1 were
+ * not needed during the interval and are handed back, at most two per interval, so
+ * memory is returned gradually and never in a burst on a hot path.
+ *
+ * Synchronisation matrix (who may call what concurrently): every function may run
+ * concurrently with every other; the lock serialises them.  Callers never hold a
+ * list_lock while calling in (design §4).
+ */
+#include <errno.h>
+
+#include "internal.h"
+
+#define BARN_INTERVAL_OPS 256u
+#define BARN_TRIM_MAX     2u
+
+void sheaf_barn_init(struct sheaf_barn *b, bool enabled, bool compat)
+{
+	pthread_mutex_init(&b->lock, NULL);
+	sheaf_list_init(&b->full);
+	sheaf_list_init(&b->empty);
+	b->nr_full = b->nr_empty = 0;
+	b->enabled = enabled;
+	if (compat) {
+		b->max_full = SHEAF_MAX_FULL_SHEAVES;
+		b->max_empty = SHEAF_MAX_EMPTY_SHEAVES;
+	} else {
+		b->max_full = (unsigned)sheaf_option_long(SHEAF_OPT_BARN_MAX_FULL);
+		b->max_empty = (unsigned)sheaf_option_long(SHEAF_OPT_BARN_MAX_EMPTY);
+	}
+	b->ewma_low = 0;
+	b->interval_low = ~0u;
+	b->interval_ops = 0;
+}
+
+static inline void note_op_locked(struct sheaf_barn *b)
+{
+	if (b->nr_full < b->interval_low)
+		b->interval_low = b->nr_full;
+	if (++b->interval_ops >= BARN_INTERVAL_OPS) {
+		/* ewma_low is scaled by 16; new = 3/4 old + 1/4 sample. */
+		uint32_t sample = (b->interval_low == ~0u ? 0 : b->interval_low) * 16;
+		b->ewma_low = (b->ewma_low * 3 + sample) / 4;
+		b->interval_ops = 0;
+		b->interval_low = b->nr_full;
+	}
+}
+
+struct sheaf_sheaf *sheaf_barn_get_empty(struct sheaf_barn *b)
+{
+	if (!b->enabled || !sheaf_rd(b->nr_empty))
+		return NULL;
+	struct sheaf_sheaf *s = NULL;
+	pthread_mutex_lock(&b->lock);
+	if (!sheaf_list_empty(&b->empty)) {
+		s = sheaf_list_first(&b->empty, struct sheaf_sheaf, link);
+		sheaf_list_del(&s->link);
+		sheaf_wr(b->nr_empty, b->nr_empty - 1);
+	}
+	pthread_mutex_unlock(&b->lock);
+	return s;
+}
+
+struct sheaf_sheaf *sheaf_barn_get_full(struct sheaf_barn *b, uint32_t min_size)
+{
+	if (!b->enabled || !sheaf_rd(b->nr_full))
+		return NULL;
+	struct sheaf_sheaf *s = NULL;
+	pthread_mutex_lock(&b->lock);
+	if (!sheaf_list_empty(&b->full)) {
+		s = sheaf_list_first(&b->full, struct sheaf_sheaf, link);
+		if (s->size >= min_size) {
+			sheaf_list_del(&s->link);
+			sheaf_wr(b->nr_full, b->nr_full - 1);
+			note_op_locked(b);
+		} else {
+			s = NULL;
+		}
+	}
+	pthread_mutex_unlock(&b->lock);
+	return s;
+}
+
+void sheaf_barn_put_empty(struct sheaf_barn *b, struct sheaf_sheaf *s)
+{
+	pthread_mutex_lock(&b->lock);
+	sheaf_list_add(&s->link, &b->empty);
+	sheaf_wr(b->nr_empty, b->nr_empty + 1);
+	pthread_mutex_unlock(&b->lock);
+}
+
+void sheaf_barn_put_full(struct sheaf_barn *b, struct sheaf_sheaf *s)
+{
+	/* Ignores the limit: race and undo paths (K§1.3). */
+	pthread_mutex_lock(&b->lock);
+	sheaf_list_add(&s->link, &b->full);
+	sheaf_wr(b->nr_full, b->nr_full + 1);
+	note_op_locked(b);
+	pthread_mutex_unlock(&b->lock);
+}
+
+struct sheaf_sheaf *sheaf_barn_replace_empty(struct sheaf_barn *b, struct sheaf_sheaf *empty)
+{
+	if (!b->enabled || !sheaf_rd(b->nr_full))
+		return NULL;
+	struct sheaf_sheaf *full = NULL;
+	pthread_mutex_lock(&b->lock);
+	if (!sheaf_list_empty(&b->full)) {
+		full = sheaf_list_first(&b->full, struct sheaf_sheaf, link);
+		sheaf_list_del(&full->link);
+		sheaf_wr(b->nr_full, b->nr_full - 1);
+		note_op_locked(b);
+		/* The empty limit is soft; excess empties are trimmed later (D6). */
+		sheaf_list_add(&empty->link, &b->empty);
+		sheaf_wr(b->nr_empty, b->nr_empty + 1);
+	}
+	pthread_mutex_unlock(&b->lock);
+	return full;
+}
+
+int sheaf_barn_replace_full(struct sheaf_barn *b, struct sheaf_sheaf *full, struct sheaf_sheaf **empty)
+{
+	*empty = NULL;
+	if (!b->enabled)
+		return -ENOENT;
+	if (sheaf_rd(b->nr_full) >= b->max_full)
+		return -E2BIG;
+	pthread_mutex_lock(&b->lock);
+	if (b->nr_full >= b->max_full) {
+		pthread_mutex_unlock(&b->lock);
+		return -E2BIG;
+	}
+	sheaf_list_add(&full->link, &b->full);
+	sheaf_wr(b->nr_full, b->nr_full + 1);
+	note_op_locked(b);
+	if (!sheaf_list_empty(&b->empty)) {
+		*empty = sheaf_list_first(&b->empty, struct sheaf_sheaf, link);
+		sheaf_list_del(&(*empty)->link);
+		sheaf_wr(b->nr_empty, b->nr_empty - 1);
+	}
+	pthread_mutex_unlock(&b->lock);
+	return 0;
+}
+
+void sheaf_barn_take_all(struct sheaf_barn *b, struct sheaf_list *full, struct sheaf_list *empty)
+{
+	pthread_mutex_lock(&b->lock);
+	sheaf_list_splice_init(&b->full, full);
+	sheaf_list_splice_init(&b->empty, empty);
+	sheaf_wr(b->nr_full, 0);
+	sheaf_wr(b->nr_empty, 0);
+	pthread_mutex_unlock(&b->lock);
+}
+
+void sheaf_barn_trim(struct sheaf_barn *b, struct sheaf_list *full, struct sheaf_list *empty)
+{
+	if (!b->enabled)
+		return;
+	pthread_mutex_lock(&b->lock);
+	unsigned keep_full = b->ewma_low / 16 + 1;
+	unsigned moved = 0;
+	while (b->nr_full > keep_full && moved < BARN_TRIM_MAX && !sheaf_list_empty(&b->full)) {
+		/* The coldest sheaf is at the tail. */
+		struct sheaf_sheaf *s = sheaf_container_of(b->full.prev, struct sheaf_sheaf, link);
+		sheaf_list_del(&s->link);
+		sheaf_list_add(&s->link, full);
+		sheaf_wr(b->nr_full, b->nr_full - 1);
+		moved++;
+	}
+	unsigned keep_empty = keep_full + 1;
+	while (b->nr_empty > keep_empty && moved < 2 * BARN_TRIM_MAX && !sheaf_list_empty(&b->empty)) {
+		struct sheaf_sheaf *s = sheaf_container_of(b->empty.prev, struct sheaf_sheaf, link);
+		sheaf_list_del(&s->link);
+		sheaf_list_add(&s->link, empty);
+		sheaf_wr(b->nr_empty, b->nr_empty - 1);
+		moved++;
+	}
+	pthread_mutex_unlock(&b->lock);
+}
+
+bool sheaf_barn_is_valid(struct sheaf_barn *b, const struct sheaf_cache *c)
+{
+	bool ok = true;
+	unsigned nf = 0, ne = 0;
+	pthread_mutex_lock(&b->lock);
+	struct sheaf_list *pos;
+	for (pos = b->full.next; pos != &b->full; pos = pos->next) {
+		struct sheaf_sheaf *s = sheaf_container_of(pos, struct sheaf_sheaf, link);
+		nf++;
+		if (!sheaf_sheaf_is_valid(c, s) || s->size == 0)
+			ok = false;
+	}
+	for (pos = b->empty.next; pos != &b->empty; pos = pos->next) {
+		struct sheaf_sheaf *s = sheaf_container_of(pos, struct sheaf_sheaf, link);
+		ne++;
+		if (!sheaf_sheaf_is_valid(c, s) || s->size != 0)
+			ok = false;
+	}
+	if (nf != b->nr_full || ne != b->nr_empty)
+		ok = false;
+	pthread_mutex_unlock(&b->lock);
+	return ok;
+}
+
+void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, uint64_t *objs)
+{
+	pthread_mutex_lock(&b->lock);
+	struct sheaf_list *pos;
+	for (pos = b->full.next; pos != &b->full; pos = pos->next)
+		*objs += sheaf_container_of(pos, struct sheaf_sheaf, link)->size;
+	*full += b->nr_full;
+	*empty += b->nr_empty;
+	pthread_mutex_unlock(&b->lock);
+}

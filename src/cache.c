@@ -1,0 +1,832 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cache.c - cache creation and destruction, geometry (K§1.6, K§3, DESIGN D1), and the
+ * public allocation entry points: single, bulk (K§2.8) and prefilled sheaves (K§5).
+ *
+ * The fast paths (design §6) sit at the top of sheaf_cache_alloc/sheaf_cache_free and
+ * fit on one screen: pop or push on the current main sheaf, one unlikely branch to a
+ * noinline slow path (STYLE R8).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct sheaf_globals sheaf_g = {
+	.caches_lock = PTHREAD_MUTEX_INITIALIZER,
+	.threads_lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+/* Size 0, capacity 0, key 0: "empty" to pop, "full" to push, matches no object
+ * (K§1.5 bootstrap sheaf; design §6 per-CPU lock). */
+struct sheaf_sheaf sheaf_sentinel_sheaf;
+
+void (*volatile sheaf_free_check_hook)(const void *obj, size_t size);
+
+/* ---- Initialisation -------------------------------------------------------------- */
+
+static void stats_at_exit(void)
+{
+	long mode = sheaf_option_long(SHEAF_OPT_STATS);
+	if (mode == 2)
+		sheaf_stats_print_all_json(stderr);
+	else if (mode)
+		sheaf_stats_print_all(stderr);
+}
+
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int sheaf_init(void)
+{
+	pthread_mutex_lock(&init_lock);
+	int st = atomic_load(&sheaf_g.init_state);
+	if (st == 2) {
+		pthread_mutex_unlock(&init_lock);
+		return 0;
+	}
+	if (st == 1) {
+		/* Re-entered from our own initialisation (e.g. a preloaded malloc). */
+		pthread_mutex_unlock(&init_lock);
+		return -EAGAIN;
+	}
+	atomic_store(&sheaf_g.init_state, 1);
+	sheaf_options_init();
+	sheaf_g.on_error_warn = !strcmp(sheaf_option_str(SHEAF_OPT_ON_ERROR), "warn");
+	sheaf_list_init(&sheaf_g.caches);
+	sheaf_list_init(&sheaf_g.threads);
+	int r = sheaf_node_topology_init();
+	if (!r)
+		r = sheaf_page_init();
+	if (!r)
+		r = sheaf_percpu_init();
+	if (r) {
+		atomic_store(&sheaf_g.init_state, 0);
+		pthread_mutex_unlock(&init_lock);
+		return r;
+	}
+	atomic_store_explicit(&sheaf_g.init_state, 2, memory_order_release);
+	pthread_mutex_unlock(&init_lock);
+	sheaf_meta_init();
+	pthread_atfork(sheaf_percpu_fork_prepare, sheaf_percpu_fork_parent, sheaf_percpu_fork_child);
+	atexit(stats_at_exit);
+	if (sheaf_option_long(SHEAF_OPT_VERBOSE)) {
+		sheaf_options_print(stderr);
+		fprintf(stderr, "sheaf: mode %s, %d possible CPUs, %d nodes%s\n", sheaf_percpu_mode(), sheaf_g.ncpus,
+			sheaf_g.nnodes, sheaf_g.fake_numa ? " (fake)" : "");
+	}
+	return 0;
+}
+
+SHEAF_API const char *sheaf_percpu_mode(void)
+{
+	return sheaf_g.mode == SHEAF_MODE_PERCPU ? "percpu-rseq" : "per-thread";
+}
+
+/* ---- Geometry ----------------------------------------------------------------------- */
+
+static unsigned fls_u(unsigned x) { return x ? 32u - (unsigned)__builtin_clz(x) : 0; }
+
+/* K§1.6 calculate_order: the smallest order holding min_objects with little waste. */
+static unsigned calculate_order(size_t slot)
+{
+	unsigned min_objs = 4 * (fls_u((unsigned)sheaf_g.ncpus) + 1);
+	unsigned max_order = SHEAF_DEF_MAX_ORDER;
+	while (max_order < SHEAF_MAX_ORDER && (SHEAF_PAGE_SIZE << max_order) < slot)
+		max_order++;
+	for (; min_objs >= 1; min_objs /= 2) {
+		for (unsigned frac = 16; frac >= 4; frac /= 2) {
+			for (unsigned o = 0; o <= max_order; o++) {
+				size_t slab = SHEAF_PAGE_SIZE << o;
+				size_t n = SHEAF_MIN(slab / slot, SHEAF_MAX_OBJS);
+				if (n < min_objs)
+					continue;
+				if ((slab - n * slot) * frac <= slab)
+					return o;
+			}
+		}
+		if (min_objs == 1)
+			break;
+	}
+	for (unsigned o = 0; o <= SHEAF_MAX_ORDER; o++)
+		if ((SHEAF_PAGE_SIZE << o) >= slot)
+			return o;
+	return SHEAF_MAX_ORDER;
+}
+
+/* Capacity for a sheaf that fills one internal metadata class (K§3 step 2). */
+static uint32_t round_capacity(uint32_t cap)
+{
+	static const uint32_t classes[] = { 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096 };
+	size_t bytes = SHEAF_SHEAF_HDR + (size_t)cap * sizeof(void *);
+	for (size_t i = 0; i < sizeof(classes) / sizeof(classes[0]); i++)
+		if (bytes <= classes[i])
+			return (classes[i] - SHEAF_SHEAF_HDR) / (uint32_t)sizeof(void *);
+	return cap;
+}
+
+uint32_t sheaf_cache_default_capacity(const struct sheaf_cache *c)
+{
+	/* K§3 size tiers (after the kernel's kmalloc rounding) and 6.19's cpu_partial. */
+	uint32_t tier, cpu_partial;
+	if (c->slot_size >= SHEAF_PAGE_SIZE) {
+		tier = 4;
+		cpu_partial = 6;
+	} else if (c->slot_size >= 1024) {
+		tier = 12;
+		cpu_partial = 24;
+	} else if (c->slot_size >= 256) {
+		tier = 28;
+		cpu_partial = 52;
+	} else {
+		tier = 60;
+		cpu_partial = 120;
+	}
+	if (c->kernel_compat)
+		return tier;
+	/* D1: also count the old per-CPU slab, so that 2 x capacity >= cpu slab +
+	 * cpu_partial of v6.19 (seed 001, Points 1 and 2). */
+	uint32_t d1 = (c->objs_per_slab + cpu_partial + 1) / 2;
+	return round_capacity(SHEAF_MAX(tier, d1));
+}
+
+static int compute_layout(struct sheaf_cache *c, size_t size, const struct sheaf_cache_args *a)
+{
+	size_t align = a && a->align ? a->align : (size >= 16 ? 16 : 8);
+	if (align & (align - 1) || align > SHEAF_PAGE_SIZE)
+		return -EINVAL;
+	if (c->flags & SHEAF_HWCACHE_ALIGN) {
+		/* Kernel calculate_alignment: a cache line, halved while two objects fit. */
+		size_t ral = SHEAF_CACHELINE;
+		while (size <= ral / 2 && ral > 8)
+			ral /= 2;
+		align = SHEAF_MAX(align, ral);
+	}
+	if (align < 8 && size >= 8)
+		align = 8;
+	c->align = align;
+	c->object_size = size;
+	c->obj_offset = 0;
+	c->debug_offset = 0;
+	size_t inuse = SHEAF_MAX(size, (size_t)2);
+	if (c->ctor || (c->flags & SHEAF_TYPESAFE_BY_RCU)) {
+		/* The object's contents must survive on the freelist: link outside it. */
+		c->freeptr_offset = (uint32_t)SHEAF_ALIGN_UP(size, (size_t)2);
+		inuse = c->freeptr_offset + 2;
+	} else {
+		c->freeptr_offset = 0;
+	}
+	c->slot_size = SHEAF_ALIGN_UP(inuse, align);
+	if (c->debug_flags)
+		sheaf_debug_slab_layout(c);
+	if (c->slot_size > (SHEAF_PAGE_SIZE << SHEAF_MAX_ORDER))
+		return -EINVAL;
+	c->order = calculate_order(c->slot_size);
+	c->objs_per_slab = (uint32_t)SHEAF_MIN((SHEAF_PAGE_SIZE << c->order) / c->slot_size, SHEAF_MAX_OBJS);
+	c->slot_recip = (uint32_t)(((1ull << 32) + c->slot_size - 1) / c->slot_size);
+	unsigned lg = fls_u((unsigned)SHEAF_MIN(c->slot_size, (size_t)1u << 30)) - 1;
+	c->min_partial = SHEAF_MIN(SHEAF_MAX(lg / 2, SHEAF_MIN_PARTIAL), SHEAF_MAX_PARTIAL);
+	return 0;
+}
+
+/* ---- Create / destroy ------------------------------------------------------------- */
+
+static size_t cache_struct_size(void)
+{
+	return sizeof(struct sheaf_cache) + (size_t)(sheaf_g.ncpus + 2) * sizeof(struct sheaf_sheaf *);
+}
+
+static int alloc_id_locked(uint32_t *id)
+{
+	for (uint32_t i = 0; i < sheaf_g.id_cap; i++) {
+		if (!sheaf_g.id_used[i]) {
+			sheaf_g.id_used[i] = 1;
+			*id = i;
+			return 0;
+		}
+	}
+	uint32_t ncap = sheaf_g.id_cap ? sheaf_g.id_cap * 2 : 4096;
+	uint8_t *n = sheaf_os_map(ncap);
+	if (!n)
+		return -ENOMEM;
+	if (sheaf_g.id_used) {
+		memcpy(n, sheaf_g.id_used, sheaf_g.id_cap);
+		sheaf_os_unmap(sheaf_g.id_used, sheaf_g.id_cap);
+	}
+	*id = sheaf_g.id_cap;
+	n[*id] = 1;
+	sheaf_g.id_used = n;
+	sheaf_g.id_cap = ncap;
+	return 0;
+}
+
+static void cache_free_struct(struct sheaf_cache *c)
+{
+	if (c->node[0])
+		sheaf_os_unmap(c->node[0], SHEAF_ALIGN_UP(sizeof(struct sheaf_node) * (size_t)sheaf_g.nnodes,
+							  SHEAF_PAGE_SIZE));
+	sheaf_os_unmap(c, SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
+}
+
+/* Create a cache; @meta marks the internal metadata caches (no sheaves, not counted
+ * as leaks, never debugged). */
+struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, const struct sheaf_cache_args *args,
+						bool meta);
+struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, const struct sheaf_cache_args *args,
+						bool meta)
+{
+	int r = sheaf_ensure_init();
+	if (r) {
+		errno = -r == EAGAIN ? ENOMEM : -r;
+		return NULL;
+	}
+	if (size == 0 || size > SHEAF_MAX_OBJECT_SIZE) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct sheaf_cache *c = sheaf_os_map(SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
+	if (!c)
+		return NULL;
+	snprintf(c->name, sizeof(c->name), "%s", name ? name : "unnamed");
+	c->flags = args ? args->flags : 0;
+	c->ctor = args ? args->ctor : NULL;
+	c->kernel_compat = (c->flags & SHEAF_KERNEL_COMPAT) || sheaf_option_long(SHEAF_OPT_KERNEL_COMPAT);
+	if (!meta)
+		c->debug_flags = (c->flags & SHEAF_DEBUG_ALL) | sheaf_debug_slab_flags_for(c->name);
+	c->random = ((uint64_t)(uintptr_t)c * 0x9E3779B97F4A7C15ull) ^ sheaf_os_now_ns();
+	r = compute_layout(c, size, args);
+	if (r) {
+		sheaf_os_unmap(c, SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
+		errno = -r;
+		return NULL;
+	}
+	uint32_t cap = 0;
+	if (!meta && !c->debug_flags && !(c->flags & SHEAF_NO_SHEAVES)) {
+		if (args && args->sheaf_capacity)
+			cap = args->sheaf_capacity;
+		else if (sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY) > 0)
+			cap = (uint32_t)sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY);
+		else
+			cap = sheaf_cache_default_capacity(c);
+	}
+	c->capacity_default = cap;
+	atomic_store(&c->sheaf_capacity, cap);
+
+	struct sheaf_node *nodes =
+		sheaf_os_map(SHEAF_ALIGN_UP(sizeof(struct sheaf_node) * (size_t)sheaf_g.nnodes, SHEAF_PAGE_SIZE));
+	if (!nodes) {
+		sheaf_os_unmap(c, SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
+		return NULL;
+	}
+	for (int i = 0; i < sheaf_g.nnodes; i++) {
+		struct sheaf_node *n = &nodes[i];
+		n->cache = c;
+		n->nid = i;
+		n->mem_nid = sheaf_g.node_mem_nid[i];
+		n->has_memory = sheaf_g.node_has_mem[i];
+		pthread_mutex_init(&n->list_lock, NULL);
+		sheaf_list_init(&n->partial);
+		/* D3: a barn for every node; Linux 7.0 only for nodes with memory. */
+		sheaf_barn_init(&n->barn, cap > 0 && (n->has_memory || !c->kernel_compat), c->kernel_compat);
+		c->node[i] = n;
+	}
+	pthread_mutex_init(&c->pcs_lock, NULL);
+	sheaf_list_init(&c->pcs_list);
+	sheaf_list_init(&c->cache_list);
+	sheaf_pcs_setup_cache(c);
+	if (!meta)
+		sheaf_rcu_cache_init(c);
+
+	pthread_mutex_lock(&sheaf_g.caches_lock);
+	r = alloc_id_locked(&c->id);
+	if (!r)
+		sheaf_list_add_tail(&c->cache_list, &sheaf_g.caches);
+	pthread_mutex_unlock(&sheaf_g.caches_lock);
+	if (r) {
+		cache_free_struct(c);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return c;
+}
+
+SHEAF_API struct sheaf_cache *sheaf_cache_create(const char *name, size_t size, const struct sheaf_cache_args *args)
+{
+	return sheaf_cache_create_internal(name, size, args, false);
+}
+
+static void barns_flush(struct sheaf_cache *c)
+{
+	for (int i = 0; i < sheaf_g.nnodes; i++) {
+		struct sheaf_list full, empty, *pos, *tmp;
+		sheaf_list_init(&full);
+		sheaf_list_init(&empty);
+		sheaf_barn_take_all(&c->node[i]->barn, &full, &empty);
+		sheaf_list_for_each_safe(pos, tmp, &full)
+		{
+			struct sheaf_sheaf *s = sheaf_container_of(pos, struct sheaf_sheaf, link);
+			sheaf_list_del(&s->link);
+			sheaf_sheaf_flush(c, s, NULL);
+			sheaf_sheaf_free(c, s);
+		}
+		sheaf_list_for_each_safe(pos, tmp, &empty)
+		{
+			struct sheaf_sheaf *s = sheaf_container_of(pos, struct sheaf_sheaf, link);
+			sheaf_list_del(&s->link);
+			sheaf_sheaf_free(c, s);
+		}
+	}
+}
+
+SHEAF_API void sheaf_cache_destroy(struct sheaf_cache *c)
+{
+	if (!c)
+		return;
+	/* DESIGN D5: wait for this cache's deferred frees only. */
+	sheaf_cache_rcu_barrier(c);
+	pthread_mutex_lock(&sheaf_g.caches_lock);
+	sheaf_list_del(&c->cache_list);
+	pthread_mutex_unlock(&sheaf_g.caches_lock);
+	sheaf_pcs_teardown_cache(c);
+	barns_flush(c);
+	uint64_t leaked = 0;
+	for (int i = 0; i < sheaf_g.nnodes; i++)
+		leaked += sheaf_slab_node_release(c->node[i]);
+	if (leaked) {
+		/* DESIGN §4: report, and keep the memory (and the cache, which its slabs
+		 * point to) rather than free anything still in use. */
+		sheaf_os_print("sheaf: cache '%s' destroyed with %llu object%s still allocated; their memory is kept",
+			       c->name, (unsigned long long)leaked, leaked == 1 ? "" : "s");
+		return;
+	}
+	sheaf_rcu_cache_fini(c);
+	pthread_mutex_lock(&sheaf_g.caches_lock);
+	sheaf_g.id_used[c->id] = 0;
+	pthread_mutex_unlock(&sheaf_g.caches_lock);
+	cache_free_struct(c);
+}
+
+SHEAF_API void sheaf_cache_shrink(struct sheaf_cache *c)
+{
+	sheaf_pcs_shrink_all(c);
+	barns_flush(c);
+	for (int i = 0; i < sheaf_g.nnodes; i++)
+		sheaf_slab_node_shrink(c->node[i], 0);
+	sheaf_page_purge_all();
+}
+
+SHEAF_API int sheaf_cache_set_capacity(struct sheaf_cache *c, unsigned int capacity)
+{
+	if (!c || capacity == 0 || capacity > 65536 || c->capacity_default == 0)
+		return -EINVAL;
+	atomic_store(&c->sheaf_capacity, capacity);
+	return 0;
+}
+
+SHEAF_API const char *sheaf_cache_name(const struct sheaf_cache *c) { return c ? c->name : NULL; }
+SHEAF_API size_t sheaf_cache_object_size(const struct sheaf_cache *c) { return c ? c->object_size : 0; }
+
+SHEAF_API struct sheaf_cache *sheaf_cache_of(const void *obj)
+{
+	if (atomic_load_explicit(&sheaf_g.init_state, memory_order_acquire) != 2)
+		return NULL;
+	uintptr_t k = sheaf_page_key(obj);
+	return k ? ((struct sheaf_node *)k)->cache : NULL;
+}
+
+void sheaf_cache_for_each(void (*fn)(struct sheaf_cache *, void *), void *arg)
+{
+	pthread_mutex_lock(&sheaf_g.caches_lock);
+	struct sheaf_list *pos;
+	for (pos = sheaf_g.caches.next; pos != &sheaf_g.caches; pos = pos->next)
+		fn(sheaf_container_of(pos, struct sheaf_cache, cache_list), arg);
+	pthread_mutex_unlock(&sheaf_g.caches_lock);
+}
+
+/* fork: caches_lock is held by the caller. */
+void sheaf_caches_lock_all(void)
+{
+	struct sheaf_list *pos;
+	for (pos = sheaf_g.caches.next; pos != &sheaf_g.caches; pos = pos->next) {
+		struct sheaf_cache *c = sheaf_container_of(pos, struct sheaf_cache, cache_list);
+		pthread_mutex_lock(&c->pcs_lock);
+		for (int i = 0; i < sheaf_g.nnodes; i++) {
+			pthread_mutex_lock(&c->node[i]->barn.lock);
+			pthread_mutex_lock(&c->node[i]->list_lock);
+		}
+	}
+}
+
+void sheaf_caches_unlock_all(void)
+{
+	struct sheaf_list *pos;
+	for (pos = sheaf_g.caches.prev; pos != &sheaf_g.caches; pos = pos->prev) {
+		struct sheaf_cache *c = sheaf_container_of(pos, struct sheaf_cache, cache_list);
+		for (int i = sheaf_g.nnodes - 1; i >= 0; i--) {
+			pthread_mutex_unlock(&c->node[i]->list_lock);
+			pthread_mutex_unlock(&c->node[i]->barn.lock);
+		}
+		pthread_mutex_unlock(&c->pcs_lock);
+	}
+}
+
+/* ---- Single-object allocation and free ------------------------------------------------ */
+
+static inline struct sheaf_node *local_mem_node(struct sheaf_cache *c)
+{
+	return c->node[sheaf_g.node_mem_nid[sheaf_node_current()]];
+}
+
+static void *alloc_from_slab(struct sheaf_cache *c, const void *caller)
+{
+	void *obj;
+	for (;;) {
+		obj = sheaf_slab_alloc_one(c, local_mem_node(c));
+		if (!obj) {
+			errno = ENOMEM;
+			return NULL;
+		}
+		if (!c->debug_flags || sheaf_debug_slab_alloc(c, obj, caller) == 0)
+			break;
+		/* Corrupt object: reported and leaked; try another. */
+	}
+	sheaf_stat_atomic(c, SHEAF_STAT_ALLOC_SLOWPATH, 1);
+	return obj;
+}
+
+static sheaf_noinline void *alloc_slow(struct sheaf_cache *c, const void *caller)
+{
+	if (sheaf_unlikely(!c))
+		return NULL;
+	if (atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed) == 0)
+		return alloc_from_slab(c, caller);
+	struct sheaf_pcs *pcs = sheaf_pcs_lock(c);
+	if (!pcs) {
+		sheaf_stat_atomic(c, SHEAF_STAT_PCS_LOCK_FAIL, 1);
+		return alloc_from_slab(c, caller);
+	}
+	struct sheaf_sheaf *m = pcs->main;
+	if (m->size == 0 && !sheaf_pcs_replace_empty_main(c, pcs)) {
+		sheaf_pcs_unlock(c, pcs);
+		return alloc_from_slab(c, caller);
+	}
+	m = pcs->main;
+	void *obj = m->objects[m->size - 1];
+	sheaf_wr(m->size, m->size - 1);
+	sheaf_stat_add(pcs, SHEAF_STAT_ALLOC_FASTPATH, 1);
+	sheaf_pcs_unlock(c, pcs);
+	return obj;
+}
+
+SHEAF_API void *sheaf_cache_alloc(struct sheaf_cache *c)
+{
+	struct sheaf_pcs *pcs = sheaf_pcs_current(c);
+	if (sheaf_likely(pcs)) {
+		struct sheaf_sheaf *m = pcs->main;
+		uint32_t n = m->size;
+		if (sheaf_likely(n)) {
+			m->nalloc++;
+			sheaf_wr(m->size, n - 1);
+			return m->objects[n - 1];
+		}
+	}
+	return alloc_slow(c, __builtin_return_address(0));
+}
+
+static void free_to_slab(struct sheaf_cache *c, void *obj)
+{
+	sheaf_slab_free_bulk(c, &obj, 1);
+	sheaf_stat_atomic(c, SHEAF_STAT_FREE_SLOWPATH, 1);
+}
+
+void sheaf_cache_free_slowpath(struct sheaf_cache *c, void *obj, struct sheaf_pcs *unused)
+{
+	(void)unused;
+	if (!obj || !c)
+		return;
+	uintptr_t key = sheaf_page_key(obj);
+	if (sheaf_unlikely(!key || ((struct sheaf_node *)key)->cache != c || c->debug_flags)) {
+		if (!sheaf_slab_check_obj(c, obj, "free"))
+			return; /* reported; with SHEAF_ON_ERROR=warn the object is leaked */
+	}
+	void (*hook)(const void *, size_t) = sheaf_free_check_hook;
+	if (hook)
+		hook(obj, c->object_size);
+	if (c->debug_flags) {
+		if (sheaf_debug_slab_free(c, obj, __builtin_return_address(0)) != 0)
+			return;
+		free_to_slab(c, obj);
+		return;
+	}
+	if (atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed) == 0) {
+		free_to_slab(c, obj);
+		return;
+	}
+	struct sheaf_pcs *pcs = sheaf_pcs_lock(c);
+	if (!pcs) {
+		sheaf_stat_atomic(c, SHEAF_STAT_PCS_LOCK_FAIL, 1);
+		free_to_slab(c, obj);
+		return;
+	}
+	if (key != pcs->key && (c->kernel_compat || sheaf_g.node_has_mem[pcs->node])) {
+		/* K§2.5: remote-node objects bypass the sheaves -- except on a memoryless node,
+		 * where every object is remote and is cached anyway (D3). */
+		sheaf_pcs_unlock(c, pcs);
+		free_to_slab(c, obj);
+		return;
+	}
+	struct sheaf_sheaf *m = pcs->main;
+	if (sheaf_unlikely(m->size && m->objects[m->size - 1] == obj)) {
+		sheaf_pcs_unlock(c, pcs);
+		sheaf_report_error(c, obj, "double free of");
+		return;
+	}
+	if (m->size >= m->capacity && !sheaf_pcs_replace_full_main(c, pcs)) {
+		sheaf_pcs_unlock(c, pcs);
+		free_to_slab(c, obj);
+		return;
+	}
+	m = pcs->main;
+	m->objects[m->size] = obj;
+	sheaf_wr(m->size, m->size + 1);
+	sheaf_stat_add(pcs, SHEAF_STAT_FREE_FASTPATH, 1);
+	sheaf_pcs_unlock(c, pcs);
+}
+
+SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj)
+{
+	struct sheaf_pcs *pcs = sheaf_pcs_current(c);
+	uintptr_t key = sheaf_page_key(obj);
+	if (sheaf_likely(pcs && !sheaf_free_check_hook)) {
+		struct sheaf_sheaf *m = pcs->main;
+		uint32_t n = m->size;
+		/* One compare covers "this cache", "this node" and "not the sentinel"; the
+		 * top-of-sheaf test catches an immediate double free. */
+		if (sheaf_likely(key == m->key && n < m->capacity && (n == 0 || m->objects[n - 1] != obj))) {
+			m->objects[n] = obj;
+			sheaf_wr(m->size, n + 1);
+			return;
+		}
+	}
+	sheaf_cache_free_slowpath(c, obj, NULL);
+}
+
+/* ---- Bulk (K§2.8) ------------------------------------------------------------------ */
+
+SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **objs)
+{
+	if (!c || !objs || n == 0)
+		return 0;
+	size_t done = 0;
+	struct sheaf_pcs *pcs = NULL;
+	if (atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed) && !c->debug_flags)
+		pcs = sheaf_pcs_lock(c);
+	if (pcs) {
+		while (done < n) {
+			struct sheaf_sheaf *m = pcs->main;
+			uint32_t take = (uint32_t)SHEAF_MIN((size_t)m->size, n - done);
+			memcpy(objs + done, m->objects + (m->size - take), take * sizeof(void *));
+			sheaf_wr(m->size, m->size - take);
+			done += take;
+			sheaf_stat_add(pcs, SHEAF_STAT_ALLOC_FASTPATH, take);
+			if (done == n)
+				break;
+			/* Swap in a spare or a barn sheaf, but do not refill a sheaf only to
+			 * copy it out again: the rest comes from slabs directly (K§2.8). */
+			struct sheaf_barn *b = sheaf_pcs_barn(c, pcs);
+			if (!(pcs->spare && pcs->spare->size) && !(b->enabled && sheaf_rd(b->nr_full)))
+				break;
+			if (!sheaf_pcs_swap_or_barn(c, pcs) || !pcs->main->size)
+				break;
+		}
+		sheaf_pcs_unlock(c, pcs);
+	}
+	if (done < n) {
+		size_t rest = n - done;
+		struct sheaf_node *nd = local_mem_node(c);
+		size_t got = 0;
+		while (got < rest) {
+			unsigned want = (unsigned)SHEAF_MIN(rest - got, (size_t)1u << 30);
+			unsigned k;
+			if (c->debug_flags) {
+				void *o = alloc_from_slab(c, __builtin_return_address(0));
+				k = o ? 1 : 0;
+				if (o)
+					objs[done + got] = o;
+			} else {
+				k = sheaf_slab_refill(c, nd, objs + done + got, want, want);
+				sheaf_stat_atomic(c, SHEAF_STAT_ALLOC_SLOWPATH, k);
+			}
+			if (!k)
+				break;
+			got += k;
+		}
+		if (got < rest) {
+			/* All or nothing (K§2.8 step 4). */
+			sheaf_cache_free_bulk(c, done + got, objs);
+			errno = ENOMEM;
+			return 0;
+		}
+	}
+	return n;
+}
+
+SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **objs)
+{
+	if (!c || !objs || !n)
+		return;
+	if (c->debug_flags || sheaf_free_check_hook ||
+	    atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed) == 0) {
+		for (size_t i = 0; i < n; i++)
+			sheaf_cache_free_slowpath(c, objs[i], NULL);
+		return;
+	}
+	void *remote[SHEAF_PCS_BATCH];
+	unsigned nremote = 0;
+	struct sheaf_pcs *pcs = sheaf_pcs_lock(c);
+	for (size_t i = 0; i < n; i++) {
+		void *obj = objs[i];
+		if (!obj)
+			continue;
+		uintptr_t key = sheaf_page_key(obj);
+		if (sheaf_unlikely(!key || ((struct sheaf_node *)key)->cache != c)) {
+			sheaf_slab_check_obj(c, obj, "free"); /* reports */
+			continue;
+		}
+		bool local = pcs && (key == pcs->key || (!c->kernel_compat && !sheaf_g.node_has_mem[pcs->node]));
+		if (local) {
+			struct sheaf_sheaf *m = pcs->main;
+			if (m->size >= m->capacity && !sheaf_pcs_replace_full_main(c, pcs))
+				local = false;
+		}
+		if (local) {
+			struct sheaf_sheaf *m = pcs->main;
+			m->objects[m->size] = obj;
+			sheaf_wr(m->size, m->size + 1);
+			sheaf_stat_add(pcs, SHEAF_STAT_FREE_FASTPATH, 1);
+			continue;
+		}
+		remote[nremote++] = obj;
+		if (nremote == SHEAF_PCS_BATCH) {
+			sheaf_stat_atomic(c, SHEAF_STAT_FREE_SLOWPATH, nremote);
+			sheaf_slab_free_bulk(c, remote, nremote);
+			nremote = 0;
+		}
+	}
+	if (pcs)
+		sheaf_pcs_unlock(c, pcs);
+	if (nremote) {
+		sheaf_stat_atomic(c, SHEAF_STAT_FREE_SLOWPATH, nremote);
+		sheaf_slab_free_bulk(c, remote, nremote);
+	}
+}
+
+/* ---- Prefilled sheaves (K§5) ------------------------------------------------------- */
+
+static inline struct sheaf_sheaf *to_sheaf(struct sheaf_prefilled *p) { return (struct sheaf_sheaf *)p; }
+
+static struct sheaf_prefilled *prefill_oversize(struct sheaf_cache *c, unsigned int n)
+{
+	struct sheaf_sheaf *s = sheaf_sheaf_new(c, n);
+	if (!s)
+		return NULL;
+	s->flags = SHEAF_SH_OVERSIZE | SHEAF_SH_PREFILLED;
+	if (sheaf_cache_alloc_bulk(c, n, s->objects) != n) {
+		sheaf_sheaf_free(c, s);
+		errno = ENOMEM;
+		return NULL;
+	}
+	s->size = n;
+	sheaf_stat_atomic(c, SHEAF_STAT_SHEAF_PREFILL_OVERSIZE, 1);
+	return (struct sheaf_prefilled *)s;
+}
+
+SHEAF_API struct sheaf_prefilled *sheaf_cache_prefill(struct sheaf_cache *c, unsigned int n)
+{
+	if (!c || n == 0) {
+		errno = EINVAL;
+		return NULL;
+	}
+	uint32_t cap = atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed);
+	if (cap == 0 || n > cap)
+		return prefill_oversize(c, n);
+	struct sheaf_sheaf *s = NULL;
+	struct sheaf_pcs *pcs = sheaf_pcs_lock(c);
+	if (pcs) {
+		if (pcs->spare) {
+			s = pcs->spare;
+			pcs->spare = NULL;
+			sheaf_stat_add(pcs, SHEAF_STAT_SHEAF_PREFILL_FAST, 1);
+		} else {
+			struct sheaf_barn *b = sheaf_pcs_barn(c, pcs);
+			s = sheaf_barn_get_full(b, 1);
+			sheaf_stat_add(pcs, s ? SHEAF_STAT_BARN_GET : SHEAF_STAT_BARN_GET_FAIL, 1);
+			if (!s)
+				s = sheaf_barn_get_empty(b);
+			sheaf_stat_add(pcs, SHEAF_STAT_SHEAF_PREFILL_SLOW, 1);
+		}
+		sheaf_pcs_unlock(c, pcs);
+	} else {
+		sheaf_stat_atomic(c, SHEAF_STAT_SHEAF_PREFILL_SLOW, 1);
+	}
+	if (s && s->capacity != cap) {
+		sheaf_sheaf_flush(c, s, NULL);
+		sheaf_sheaf_free(c, s);
+		s = NULL;
+	}
+	if (!s)
+		s = sheaf_sheaf_new(c, cap);
+	if (!s)
+		return NULL;
+	if (s->size < n) {
+		/* Refill to full capacity, not just n (K§5 step 2). */
+		sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
+		if (s->size < n) {
+			sheaf_sheaf_flush(c, s, NULL);
+			sheaf_sheaf_free(c, s);
+			errno = ENOMEM;
+			return NULL;
+		}
+	}
+	s->flags |= SHEAF_SH_PREFILLED;
+	return (struct sheaf_prefilled *)s;
+}
+
+SHEAF_API void *sheaf_cache_alloc_from(struct sheaf_cache *c, struct sheaf_prefilled *p)
+{
+	struct sheaf_sheaf *s = to_sheaf(p);
+	(void)c;
+	if (!s || s->size == 0)
+		return NULL;
+	sheaf_wr(s->size, s->size - 1);
+	return s->objects[s->size];
+}
+
+SHEAF_API unsigned int sheaf_prefilled_size(const struct sheaf_prefilled *p)
+{
+	return p ? ((const struct sheaf_sheaf *)p)->size : 0;
+}
+
+SHEAF_API void sheaf_cache_return(struct sheaf_cache *c, struct sheaf_prefilled *p)
+{
+	struct sheaf_sheaf *s = to_sheaf(p);
+	if (!c || !s)
+		return;
+	s->flags &= ~SHEAF_SH_PREFILLED;
+	uint32_t cap = atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed);
+	if ((s->flags & SHEAF_SH_OVERSIZE) || s->capacity != cap) {
+		sheaf_sheaf_flush(c, s, NULL);
+		sheaf_sheaf_free(c, s);
+		return;
+	}
+	struct sheaf_pcs *pcs = sheaf_pcs_lock(c);
+	if (pcs && !pcs->spare) {
+		pcs->spare = s;
+		sheaf_stat_add(pcs, SHEAF_STAT_SHEAF_RETURN_FAST, 1);
+		sheaf_pcs_unlock(c, pcs);
+		return;
+	}
+	struct sheaf_barn *b = pcs ? sheaf_pcs_barn(c, pcs) : &local_mem_node(c)->barn;
+	if (pcs) {
+		sheaf_stat_add(pcs, SHEAF_STAT_SHEAF_RETURN_SLOW, 1);
+		sheaf_pcs_unlock(c, pcs);
+	} else {
+		sheaf_stat_atomic(c, SHEAF_STAT_SHEAF_RETURN_SLOW, 1);
+	}
+	if (b->enabled && sheaf_rd(b->nr_full) < b->max_full) {
+		sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
+		if (s->size) {
+			sheaf_barn_put_full(b, s);
+			sheaf_stat_atomic(c, SHEAF_STAT_BARN_PUT, 1);
+			return;
+		}
+	}
+	sheaf_sheaf_flush(c, s, NULL);
+	sheaf_sheaf_free(c, s);
+}
+
+SHEAF_API int sheaf_cache_refill(struct sheaf_cache *c, struct sheaf_prefilled **pp, unsigned int n)
+{
+	if (!c || !pp || !*pp)
+		return -EINVAL;
+	struct sheaf_sheaf *s = to_sheaf(*pp);
+	if (s->size >= n)
+		return 0;
+	if (s->capacity >= n) {
+		if (s->flags & SHEAF_SH_OVERSIZE) {
+			uint32_t want = n - s->size;
+			if (sheaf_cache_alloc_bulk(c, want, s->objects + s->size) != want)
+				return -ENOMEM;
+			s->size += want;
+			return 0;
+		}
+		sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
+		return s->size >= n ? 0 : -ENOMEM;
+	}
+	struct sheaf_prefilled *np = sheaf_cache_prefill(c, n);
+	if (!np)
+		return -ENOMEM;
+	sheaf_cache_return(c, *pp);
+	*pp = np;
+	return 0;
+}

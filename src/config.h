@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config.h - build ladders, constants and compiler helpers (STYLE R6).
+ *
+ * SHEAF_DEBUG (CMake -DSHEAF_DEBUG=n):
+ *   0  public checks only (bad pointers, double free where cheap)
+ *   1  + internal asserts (sheaf_assert_internal)
+ *   2  + expensive invariant walkers on slow paths (sheaf_assert_expensive)
+ * The ladder is exposed as `static const` values so that debug code is compiled and
+ * type-checked in every build (jemalloc's config_debug) and dropped by the optimiser.
+ */
+#ifndef SHEAF_CONFIG_H
+#define SHEAF_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef SHEAF_DEBUG
+#define SHEAF_DEBUG 0
+#endif
+static const int sheaf_config_debug = SHEAF_DEBUG;
+
+#define sheaf_likely(x)   __builtin_expect(!!(x), 1)
+#define sheaf_unlikely(x) __builtin_expect(!!(x), 0)
+#define sheaf_noinline    __attribute__((noinline))
+#define sheaf_cold        __attribute__((cold, noinline))
+#define sheaf_hidden      __attribute__((visibility("hidden")))
+#define sheaf_aligned(n)  __attribute__((aligned(n)))
+#define SHEAF_CACHELINE   64
+
+/* Geometry. */
+#define SHEAF_PAGE_SHIFT  12
+#define SHEAF_PAGE_SIZE   (1ul << SHEAF_PAGE_SHIFT)
+#define SHEAF_BLOCK_ORDER 9                       /* 2 MiB blocks of the page heap */
+#define SHEAF_BLOCK_SHIFT (SHEAF_PAGE_SHIFT + SHEAF_BLOCK_ORDER)
+#define SHEAF_BLOCK_SIZE  (1ul << SHEAF_BLOCK_SHIFT)
+#define SHEAF_BLOCK_PAGES (1u << SHEAF_BLOCK_ORDER)
+#define SHEAF_MAX_ORDER   8                       /* largest slab: 1 MiB */
+#define SHEAF_DEF_MAX_ORDER 3                     /* slub_max_order (K§1.6) */
+#define SHEAF_MAX_NODES   64
+#define SHEAF_MAX_OBJS    65534u                  /* 16-bit freelist index, 0xffff = end */
+#define SHEAF_FL_END      0xffffu
+
+/* K§1.2: min_partial = clamp(ilog2(size)/2, MIN_PARTIAL, MAX_PARTIAL). */
+#define SHEAF_MIN_PARTIAL 5
+#define SHEAF_MAX_PARTIAL 10
+/* K§1.3: barn soft limits of Linux 7.0 (used as the starting point of D6). */
+#define SHEAF_MAX_FULL_SHEAVES  10
+#define SHEAF_MAX_EMPTY_SHEAVES 10
+/* K§2.7: flush batch. */
+#define SHEAF_PCS_BATCH 32
+
+/* Assertions (STYLE R7): the handler formats on the stack and never allocates. */
+void sheaf_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn, cold));
+#define sheaf_assert(e) ((void)(sheaf_likely(e) ? 0 : (sheaf_assert_fail(#e, __FILE__, __LINE__), 0)))
+#define sheaf_assert_internal(e) \
+	((void)((sheaf_config_debug < 1 || sheaf_likely(e)) ? 0 : (sheaf_assert_fail(#e, __FILE__, __LINE__), 0)))
+#define sheaf_assert_expensive(e) \
+	((void)((sheaf_config_debug < 2 || sheaf_likely(e)) ? 0 : (sheaf_assert_fail(#e, __FILE__, __LINE__), 0)))
+
+#define SHEAF_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SHEAF_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define SHEAF_ALIGN_UP(x, a) (((x) + ((a)-1)) & ~((__typeof__(x))(a)-1))
+
+/* Relaxed atomics for fields read racily by statistics (TSan-visible, plain moves on x86). */
+#define sheaf_rd(x)     __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define sheaf_wr(x, v)  __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+
+#endif /* SHEAF_CONFIG_H */

@@ -1,0 +1,329 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sheaf.c - sheaves, refill and flush, and the per-CPU slow paths (K§2.2, K§2.6).
+ *
+ * The slow paths run with the pcs locked (design §6: per-CPU mode swapped main for the
+ * sentinel; per-thread mode the owner runs them) and pcs->main valid.  They may take
+ * one barn lock or one list_lock at a time, never both (design §4).  Unlike the kernel
+ * they do not drop the pcs lock around a refill: other threads that land on this CPU
+ * meanwhile find the lock taken and use the slab path (K§2.4) instead of waiting.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct sheaf_sheaf *sheaf_sheaf_new(struct sheaf_cache *c, uint32_t capacity)
+{
+	struct sheaf_sheaf *s = sheaf_meta_alloc(SHEAF_SHEAF_HDR + (size_t)capacity * sizeof(void *));
+	if (!s)
+		return NULL;
+	s->capacity = capacity;
+	s->cache = c;
+	sheaf_list_init(&s->link);
+	sheaf_stat_atomic(c, SHEAF_STAT_SHEAF_ALLOC, 1);
+	return s;
+}
+
+void sheaf_sheaf_free(struct sheaf_cache *c, struct sheaf_sheaf *s)
+{
+	if (!s || s == &sheaf_sentinel_sheaf)
+		return;
+	sheaf_assert_internal(s->size == 0);
+	sheaf_stat_atomic(c, SHEAF_STAT_SHEAF_FREE, 1);
+	sheaf_meta_free(s, SHEAF_SHEAF_HDR + (size_t)s->capacity * sizeof(void *));
+}
+
+void sheaf_sheaf_flush(struct sheaf_cache *c, struct sheaf_sheaf *s, uint64_t *stat)
+{
+	uint32_t n = s->size;
+	if (!n)
+		return;
+	sheaf_wr(s->size, 0);
+	if (stat)
+		sheaf_wr(stat[SHEAF_STAT_SHEAF_FLUSH], sheaf_rd(stat[SHEAF_STAT_SHEAF_FLUSH]) + n);
+	else
+		sheaf_stat_atomic(c, SHEAF_STAT_SHEAF_FLUSH, n);
+	sheaf_slab_free_bulk(c, s->objects, n);
+}
+
+unsigned sheaf_sheaf_refill(struct sheaf_cache *c, struct sheaf_node *n, struct sheaf_sheaf *s, uint64_t *stat)
+{
+	uint32_t want = s->capacity - s->size;
+	if (!want)
+		return 0;
+	unsigned got = sheaf_slab_refill(c, n, s->objects + s->size, want, want);
+	sheaf_wr(s->size, s->size + got);
+	if (stat)
+		sheaf_wr(stat[SHEAF_STAT_SHEAF_REFILL], sheaf_rd(stat[SHEAF_STAT_SHEAF_REFILL]) + got);
+	else
+		sheaf_stat_atomic(c, SHEAF_STAT_SHEAF_REFILL, got);
+	return got;
+}
+
+bool sheaf_sheaf_is_valid(const struct sheaf_cache *c, const struct sheaf_sheaf *s)
+{
+	if (s == &sheaf_sentinel_sheaf)
+		return s->size == 0 && s->capacity == 0 && s->key == 0;
+	if (s->cache != c || s->size > s->capacity)
+		return false;
+	for (uint32_t i = 0; i < s->size; i++) {
+		uintptr_t k = sheaf_page_key(s->objects[i]);
+		if (!k || ((struct sheaf_node *)k)->cache != c)
+			return false;
+	}
+	return true;
+}
+
+/* ---- Statistics harvest (design §8) ------------------------------------------------- */
+
+void sheaf_pcs_harvest(struct sheaf_pcs *pcs)
+{
+	struct sheaf_sheaf *m = pcs->main;
+	uint64_t d_alloc = m->nalloc - pcs->nalloc_base;
+	int64_t d_free = (int64_t)m->size - (int64_t)pcs->size_base + (int64_t)d_alloc;
+	if (d_alloc)
+		sheaf_stat_add(pcs, SHEAF_STAT_ALLOC_FASTPATH, d_alloc);
+	if (d_free > 0)
+		sheaf_stat_add(pcs, SHEAF_STAT_FREE_FASTPATH, (uint64_t)d_free);
+	pcs->nalloc_base = m->nalloc;
+	pcs->size_base = m->size;
+}
+
+void sheaf_pcs_rebase(struct sheaf_pcs *pcs)
+{
+	pcs->nalloc_base = pcs->main->nalloc;
+	pcs->size_base = pcs->main->size;
+	sheaf_wr(pcs->cached, pcs->main->size + (pcs->spare ? pcs->spare->size : 0));
+}
+
+/* ---- Helpers ------------------------------------------------------------------------ */
+
+struct sheaf_barn *sheaf_pcs_barn(struct sheaf_cache *c, struct sheaf_pcs *pcs)
+{
+	return &c->node[pcs->node]->barn;
+}
+
+struct sheaf_node *sheaf_pcs_mem_node(struct sheaf_cache *c, struct sheaf_pcs *pcs)
+{
+	return c->node[sheaf_g.node_mem_nid[pcs->node]];
+}
+
+static inline void install_main(struct sheaf_pcs *pcs, struct sheaf_sheaf *s)
+{
+	s->key = pcs->key;
+	pcs->main = s;
+}
+
+static inline bool is_sentinel(const struct sheaf_sheaf *s) { return s == &sheaf_sentinel_sheaf; }
+
+static inline uint32_t cur_capacity(const struct sheaf_cache *c)
+{
+	return atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed);
+}
+
+/* Free a now-empty sheaf whose capacity is stale (D2), or hand it to the barn. */
+static void retire_empty(struct sheaf_cache *c, struct sheaf_barn *b, struct sheaf_sheaf *s)
+{
+	if (is_sentinel(s))
+		return;
+	if (s->capacity != cur_capacity(c) || !b->enabled || sheaf_rd(b->nr_empty) >= b->max_empty)
+		sheaf_sheaf_free(c, s);
+	else
+		sheaf_barn_put_empty(b, s);
+}
+
+/* An empty sheaf of the current capacity: from the barn, else a new one. */
+static struct sheaf_sheaf *get_empty(struct sheaf_cache *c, struct sheaf_barn *b)
+{
+	uint32_t cap = cur_capacity(c);
+	for (int tries = 0; tries < 4; tries++) {
+		struct sheaf_sheaf *e = sheaf_barn_get_empty(b);
+		if (!e)
+			break;
+		if (e->capacity == cap)
+			return e;
+		sheaf_sheaf_free(c, e); /* D2: old capacity drains lazily */
+	}
+	return sheaf_sheaf_new(c, cap);
+}
+
+/* ---- Main empty (K§2.2) ------------------------------------------------------------- */
+
+static bool replace_empty(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool refill);
+
+bool sheaf_pcs_replace_empty_main(struct sheaf_cache *c, struct sheaf_pcs *pcs)
+{
+	return replace_empty(c, pcs, true);
+}
+
+bool sheaf_pcs_swap_or_barn(struct sheaf_cache *c, struct sheaf_pcs *pcs)
+{
+	return replace_empty(c, pcs, false);
+}
+
+static bool replace_empty(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool refill)
+{
+	struct sheaf_sheaf *m = pcs->main;
+	struct sheaf_barn *b = sheaf_pcs_barn(c, pcs);
+
+	/* 1. A non-empty spare: swap, no barn access. */
+	if (pcs->spare && pcs->spare->size) {
+		struct sheaf_sheaf *sp = pcs->spare;
+		pcs->spare = is_sentinel(m) ? NULL : m;
+		install_main(pcs, sp);
+		sheaf_stat_add(pcs, SHEAF_STAT_SHEAF_SWAP, 1);
+		return true;
+	}
+	/* 2. Exchange the empty main for a full sheaf of the barn. */
+	if (b->enabled) {
+		struct sheaf_sheaf *full = NULL;
+		if (is_sentinel(m) || m->capacity != cur_capacity(c)) {
+			full = sheaf_barn_get_full(b, 1);
+			if (full) {
+				retire_empty(c, b, m);
+			}
+		} else {
+			full = sheaf_barn_replace_empty(b, m);
+		}
+		if (full) {
+			install_main(pcs, full);
+			sheaf_stat_add(pcs, SHEAF_STAT_BARN_GET, 1);
+			return true;
+		}
+		sheaf_stat_add(pcs, SHEAF_STAT_BARN_GET_FAIL, 1);
+	} else if (c->kernel_compat) {
+		/* Linux 7.0: no barn on a memoryless node, so no refill either (K§2.2 step 3);
+		 * every miss takes the single-object slab path (seed 001). */
+		return false;
+	}
+	if (!refill)
+		return false;
+	/* 3. Refill from slabs (D4: always allowed; the caller can spin). */
+	if (is_sentinel(m) || m->capacity != cur_capacity(c)) {
+		struct sheaf_sheaf *e = get_empty(c, b);
+		if (!e)
+			return false;
+		if (!is_sentinel(m))
+			sheaf_sheaf_free(c, m);
+		install_main(pcs, e);
+		m = e;
+	}
+	return sheaf_sheaf_refill(c, sheaf_pcs_mem_node(c, pcs), m, pcs->stat) > 0;
+}
+
+/* ---- Main full (K§2.6) -------------------------------------------------------------- */
+
+bool sheaf_pcs_replace_full_main(struct sheaf_cache *c, struct sheaf_pcs *pcs)
+{
+	struct sheaf_sheaf *m = pcs->main;
+	struct sheaf_barn *b = sheaf_pcs_barn(c, pcs);
+
+	if (!b->enabled && c->kernel_compat)
+		return false; /* K§2.6 step 1: no barn, free to the slab */
+	if (is_sentinel(m)) {
+		struct sheaf_sheaf *e = get_empty(c, b);
+		if (!e)
+			return false;
+		install_main(pcs, e);
+		return true;
+	}
+	/* D2: a full main of a stale capacity is handed on like any full sheaf. */
+	if (!pcs->spare) {
+		/* 2. No spare: main becomes the spare, an empty sheaf the main. */
+		struct sheaf_sheaf *e = get_empty(c, b);
+		if (!e)
+			goto flush_main;
+		pcs->spare = m;
+		install_main(pcs, e);
+		return true;
+	}
+	if (pcs->spare->size < pcs->spare->capacity) {
+		/* 3. Spare has room: swap. */
+		struct sheaf_sheaf *sp = pcs->spare;
+		pcs->spare = m;
+		install_main(pcs, sp);
+		sheaf_stat_add(pcs, SHEAF_STAT_SHEAF_SWAP, 1);
+		return true;
+	}
+	/* 4. Both full: the full main goes to the barn for an empty one. */
+	struct sheaf_sheaf *e = NULL;
+	int r = b->enabled ? sheaf_barn_replace_full(b, m, &e) : -ENOENT;
+	if (r == 0) {
+		sheaf_stat_add(pcs, SHEAF_STAT_BARN_PUT, 1);
+		if (e && e->capacity != cur_capacity(c)) {
+			sheaf_sheaf_free(c, e);
+			e = NULL;
+		}
+		if (!e)
+			e = sheaf_sheaf_new(c, cur_capacity(c));
+		if (e) {
+			install_main(pcs, e);
+			return true;
+		}
+		/* No memory for a sheaf: flush the full spare and use it as main. */
+		struct sheaf_sheaf *sp = pcs->spare;
+		pcs->spare = NULL;
+		sheaf_sheaf_flush(c, sp, pcs->stat);
+		install_main(pcs, sp);
+		return true;
+	}
+	/* 5. Barn over its limit (or none): flush the full spare, reuse it (K§2.6 step 5). */
+	sheaf_stat_add(pcs, SHEAF_STAT_BARN_PUT_FAIL, 1);
+	{
+		struct sheaf_sheaf *sp = pcs->spare;
+		sheaf_sheaf_flush(c, sp, pcs->stat);
+		pcs->spare = m;
+		install_main(pcs, sp);
+		return true;
+	}
+flush_main:
+	/* 6. Nothing at all: flush main to slabs (K§2.6 step 6). */
+	sheaf_sheaf_flush(c, m, pcs->stat);
+	return true;
+}
+
+/* ---- Drain (thread exit, shrink, destroy; K§2.9) ------------------------------------ */
+
+static void drain_sheaf(struct sheaf_cache *c, struct sheaf_pcs *pcs, struct sheaf_sheaf *s, bool to_slabs)
+{
+	struct sheaf_barn *b = sheaf_pcs_barn(c, pcs);
+	if (s->size && !to_slabs && b->enabled && s->capacity == cur_capacity(c) &&
+	    sheaf_rd(b->nr_full) < b->max_full) {
+		sheaf_barn_put_full(b, s);
+		sheaf_stat_add(pcs, SHEAF_STAT_BARN_PUT, 1);
+		return;
+	}
+	sheaf_sheaf_flush(c, s, pcs->stat);
+	if (to_slabs)
+		sheaf_sheaf_free(c, s);
+	else
+		retire_empty(c, b, s);
+}
+
+void sheaf_pcs_drain(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool to_slabs)
+{
+	sheaf_pcs_harvest(pcs);
+	if (pcs->rcu_free)
+		sheaf_rcu_flush_pcs(c, pcs);
+	if (pcs->spare) {
+		drain_sheaf(c, pcs, pcs->spare, to_slabs);
+		pcs->spare = NULL;
+	}
+	struct sheaf_sheaf *m = pcs->main;
+	if (!is_sentinel(m)) {
+		/* Main stays allocated only in per-CPU mode; the caller frees a thread's. */
+		if (m->size) {
+			struct sheaf_barn *b = sheaf_pcs_barn(c, pcs);
+			if (!to_slabs && b->enabled && sheaf_rd(b->nr_full) < b->max_full &&
+			    m->capacity == cur_capacity(c)) {
+				sheaf_barn_put_full(b, m);
+				sheaf_stat_add(pcs, SHEAF_STAT_BARN_PUT, 1);
+				pcs->main = &sheaf_sentinel_sheaf;
+			} else {
+				sheaf_sheaf_flush(c, m, pcs->stat);
+			}
+		}
+	}
+	sheaf_pcs_rebase(pcs);
+}

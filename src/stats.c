@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stats.c - statistics defined once (sheaf_stats.h SHEAF_STAT_EVENTS), exported as a
+ * versioned struct, aligned text and JSON from one emitter (STYLE R10, DESIGN §8).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char *const stat_names[SHEAF_STAT_NR] = {
+#define SHEAF_X_NAME(n, d) #n,
+	SHEAF_STAT_EVENTS(SHEAF_X_NAME)
+#undef SHEAF_X_NAME
+};
+
+SHEAF_API const char *sheaf_stat_name(enum sheaf_stat_item item)
+{
+	return (unsigned)item < SHEAF_STAT_NR ? stat_names[item] : NULL;
+}
+
+struct pcs_sum {
+	uint64_t ev[SHEAF_STAT_NR];
+	uint64_t in_pcs;
+	uint64_t slots;
+};
+
+static void sum_pcs(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
+{
+	(void)c;
+	struct pcs_sum *s = arg;
+	for (int i = 0; i < SHEAF_STAT_NR; i++)
+		s->ev[i] += sheaf_rd(pcs->stat[i]);
+	s->slots++;
+}
+
+void sheaf_pcs_stats_gauge(struct sheaf_cache *c, uint64_t *in_pcs, uint64_t *slots);
+
+SHEAF_API int sheaf_stats_get(struct sheaf_cache *c, struct sheaf_stats *st)
+{
+	if (!c || !st)
+		return -EINVAL;
+	uint32_t want = st->size ? st->size : (uint32_t)sizeof(*st);
+	struct sheaf_stats tmp;
+	memset(&tmp, 0, sizeof(tmp));
+	tmp.size = (uint32_t)sizeof(tmp);
+	tmp.version = SHEAF_STATS_VERSION;
+	snprintf(tmp.name, sizeof(tmp.name), "%s", c->name);
+	struct pcs_sum s;
+	memset(&s, 0, sizeof(s));
+	sheaf_pcs_for_each(c, sum_pcs, &s);
+	for (int i = 0; i < SHEAF_STAT_NR; i++)
+		tmp.events[i] = s.ev[i] + atomic_load_explicit(&c->stat_atomic[i], memory_order_relaxed);
+	sheaf_pcs_stats_gauge(c, &tmp.objects_in_pcs, &tmp.percpu_slots);
+	tmp.object_size = c->object_size;
+	tmp.slot_size = c->slot_size;
+	tmp.objs_per_slab = c->objs_per_slab;
+	tmp.slab_order = c->order;
+	tmp.sheaf_capacity = atomic_load(&c->sheaf_capacity);
+	uint64_t barn_objs = 0;
+	for (int i = 0; i < sheaf_g.nnodes; i++) {
+		sheaf_slab_node_counts(c->node[i], &tmp.slabs, &tmp.partial_slabs, &tmp.objects_inuse);
+		sheaf_barn_counts(&c->node[i]->barn, &tmp.barn_full, &tmp.barn_empty, &barn_objs);
+	}
+	tmp.objects_in_barns = barn_objs;
+	tmp.objects_total = tmp.slabs * c->objs_per_slab;
+	tmp.rcu_inflight_sheaves = (uint64_t)atomic_load(&c->rcu_inflight_sheaves);
+	tmp.rcu_inflight_objects = (uint64_t)atomic_load(&c->rcu_inflight_objects);
+	tmp.objects_cached = tmp.objects_in_pcs + tmp.objects_in_barns + tmp.rcu_inflight_objects;
+	tmp.bytes_from_os = tmp.slabs * (SHEAF_PAGE_SIZE << c->order);
+	tmp.bytes_returned = atomic_load(&c->bytes_returned);
+	tmp.nodes = (uint64_t)sheaf_g.nnodes;
+	memcpy(st, &tmp, SHEAF_MIN((size_t)want, sizeof(tmp)));
+	st->size = SHEAF_MIN(want, (uint32_t)sizeof(tmp));
+	return 0;
+}
+
+static void zero_pcs(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
+{
+	(void)c;
+	(void)arg;
+	for (int i = 0; i < SHEAF_STAT_NR; i++)
+		sheaf_wr(pcs->stat[i], 0);
+}
+
+SHEAF_API void sheaf_stats_reset(struct sheaf_cache *c)
+{
+	if (!c)
+		return;
+	sheaf_pcs_for_each(c, zero_pcs, NULL);
+	for (int i = 0; i < SHEAF_STAT_NR; i++)
+		atomic_store(&c->stat_atomic[i], 0);
+}
+
+/* ---- One emitter, two formats ----------------------------------------------------- */
+
+#define GAUGES(X)                                                                                          \
+	X(object_size) X(slot_size) X(objs_per_slab) X(slab_order) X(sheaf_capacity) X(slabs) X(partial_slabs) \
+	X(objects_total) X(objects_inuse) X(objects_cached) X(objects_in_pcs) X(objects_in_barns) X(barn_full) \
+	X(barn_empty) X(rcu_inflight_sheaves) X(rcu_inflight_objects) X(bytes_from_os) X(bytes_returned)     \
+	X(nodes) X(percpu_slots)
+
+static void emit(struct sheaf_cache *c, FILE *f, bool json)
+{
+	struct sheaf_stats st = { .size = sizeof(st) };
+	sheaf_stats_get(c, &st);
+	if (json) {
+		fprintf(f, "{\"name\":\"%s\",\"version\":%u,\"mode\":\"%s\",\"events\":{", st.name, st.version,
+			sheaf_percpu_mode());
+		for (int i = 0; i < SHEAF_STAT_NR; i++)
+			fprintf(f, "%s\"%s\":%llu", i ? "," : "", stat_names[i], (unsigned long long)st.events[i]);
+		fprintf(f, "},\"gauges\":{");
+		int first = 1;
+#define X(g)                                                                                    \
+	fprintf(f, "%s\"%s\":%llu", first ? "" : ",", #g, (unsigned long long)st.g);            \
+	first = 0;
+		GAUGES(X)
+#undef X
+		fprintf(f, "}}");
+		return;
+	}
+	fprintf(f, "cache %s (%s)\n", st.name, sheaf_percpu_mode());
+	for (int i = 0; i < SHEAF_STAT_NR; i++)
+		fprintf(f, "  %-24s : %llu\n", stat_names[i], (unsigned long long)st.events[i]);
+#define X(g) fprintf(f, "  %-24s : %llu\n", #g, (unsigned long long)st.g);
+	GAUGES(X)
+#undef X
+}
+
+SHEAF_API void sheaf_stats_print(struct sheaf_cache *c, FILE *f)
+{
+	if (c && f)
+		emit(c, f, false);
+}
+
+SHEAF_API void sheaf_stats_print_json(struct sheaf_cache *c, FILE *f)
+{
+	if (c && f) {
+		emit(c, f, true);
+		fputc('\n', f);
+	}
+}
+
+struct all_arg {
+	FILE *f;
+	bool json;
+	int n;
+};
+
+static void emit_one(struct sheaf_cache *c, void *arg)
+{
+	struct all_arg *a = arg;
+	if (a->json)
+		fputs(a->n ? ",\n" : "\n", a->f);
+	emit(c, a->f, a->json);
+	a->n++;
+}
+
+/* The cache list lock is held while printing: creation and destruction wait. */
+SHEAF_API void sheaf_stats_print_all(FILE *f)
+{
+	if (!f || atomic_load(&sheaf_g.init_state) != 2)
+		return;
+	struct all_arg a = { f, false, 0 };
+	sheaf_cache_for_each(emit_one, &a);
+}
+
+SHEAF_API void sheaf_stats_print_all_json(FILE *f)
+{
+	if (!f)
+		return;
+	struct all_arg a = { f, true, 0 };
+	fputc('[', f);
+	if (atomic_load(&sheaf_g.init_state) == 2)
+		sheaf_cache_for_each(emit_one, &a);
+	fputs("\n]\n", f);
+}
+
+SHEAF_API int sheaf_global_stats_get(struct sheaf_global_stats *st)
+{
+	if (!st)
+		return -EINVAL;
+	uint32_t want = st->size ? st->size : (uint32_t)sizeof(*st);
+	struct sheaf_global_stats tmp;
+	memset(&tmp, 0, sizeof(tmp));
+	tmp.size = sizeof(tmp);
+	tmp.version = SHEAF_STATS_VERSION;
+	if (atomic_load(&sheaf_g.init_state) == 2) {
+		tmp.heap_reserved = sheaf_heap.size;
+		pthread_mutex_lock(&sheaf_heap.lock);
+		tmp.heap_mapped = sheaf_heap.mapped_bytes;
+		tmp.heap_returned = sheaf_heap.returned_bytes;
+		pthread_mutex_unlock(&sheaf_heap.lock);
+		tmp.meta_bytes = sheaf_meta_bytes();
+		pthread_mutex_lock(&sheaf_g.caches_lock);
+		struct sheaf_list *pos;
+		for (pos = sheaf_g.caches.next; pos != &sheaf_g.caches; pos = pos->next)
+			tmp.caches++;
+		pthread_mutex_unlock(&sheaf_g.caches_lock);
+		tmp.nodes = (uint64_t)sheaf_g.nnodes;
+		for (int i = 0; i < sheaf_g.nnodes; i++)
+			tmp.memory_nodes += sheaf_g.node_has_mem[i] ? 1 : 0;
+		tmp.cpus = (uint64_t)sheaf_g.ncpus;
+	}
+	memcpy(st, &tmp, SHEAF_MIN((size_t)want, sizeof(tmp)));
+	st->size = SHEAF_MIN(want, (uint32_t)sizeof(tmp));
+	return 0;
+}
