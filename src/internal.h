@@ -25,8 +25,8 @@ void sheaf_os_print(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * SHEAF_ON_ERROR=warn (the caller then leaks the object). */
 void sheaf_report_error(const struct sheaf_cache *c, const void *addr, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-/* Fault injection for tests: the next @n page-heap block commits succeed, then fail
- * until reset with -1. */
+/* Fault injection for tests: the next @n page allocations succeed, then every one
+ * fails (as if mmap failed) until reset with -1. */
 void sheaf_os_inject_heap_failure(long n);
 
 /* ---- "options.c": one table of options (STYLE R9) ----------------------------------- */

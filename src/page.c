@@ -28,7 +28,9 @@
 
 struct sheaf_heap sheaf_heap = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-static long heap_fail_countdown = -1; /* protected by sheaf_heap.lock */
+/* Fault injection (tests): page allocations left before they fail; -1 = off.
+ * Protected by sheaf_heap.lock. */
+static long heap_fail_countdown = -1;
 
 void sheaf_os_inject_heap_failure(long n)
 {
@@ -139,8 +141,6 @@ static void mark_free_locked(size_t pg, unsigned order, int nid, int dirty)
 static long block_take_locked(int nid)
 {
 	struct sheaf_heap *h = &sheaf_heap;
-	if (heap_fail_countdown == 0)
-		return -1;
 	long blk;
 	if (h->nr_free_blocks) {
 		blk = h->free_blocks[--h->nr_free_blocks];
@@ -153,8 +153,6 @@ static long block_take_locked(int nid)
 			return -1;
 		h->next_block++;
 	}
-	if (heap_fail_countdown > 0)
-		heap_fail_countdown--;
 	(void)nid; /* real NUMA placement: first touch by the node's CPUs (see docs) */
 	return blk;
 }
@@ -164,6 +162,14 @@ void *sheaf_page_alloc(unsigned order, int nid)
 	struct sheaf_heap *h = &sheaf_heap;
 	sheaf_assert_internal(order <= SHEAF_BLOCK_ORDER);
 	pthread_mutex_lock(&h->lock);
+	if (sheaf_unlikely(heap_fail_countdown >= 0)) {
+		if (heap_fail_countdown == 0) {
+			pthread_mutex_unlock(&h->lock);
+			errno = ENOMEM;
+			return NULL;
+		}
+		heap_fail_countdown--;
+	}
 	size_t pg = 0;
 	unsigned o;
 	for (o = order; o < SHEAF_BLOCK_ORDER; o++)

@@ -161,7 +161,6 @@ static void pcs_free(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 /* Drain and free every pcs of @tc (thread exit, or a thread lost in fork). */
 static void tcache_destroy(struct sheaf_tcache *tc, bool owner_alive)
 {
-	(void)owner_alive;
 	pthread_mutex_lock(&sheaf_g.caches_lock);
 	for (uint32_t i = 0; i < tc->n; i++) {
 		struct sheaf_pcs *pcs = tc->pcs[i];
@@ -179,6 +178,9 @@ static void tcache_destroy(struct sheaf_tcache *tc, bool owner_alive)
 	pthread_mutex_lock(&sheaf_g.threads_lock);
 	sheaf_list_del(&tc->link);
 	pthread_mutex_unlock(&sheaf_g.threads_lock);
+	/* Our own frees below must not look into the table being freed. */
+	if (owner_alive && tls_tc == tc)
+		tls_tc = NULL;
 	if (tc->pcs)
 		sheaf_meta_free(tc->pcs, tc->n * sizeof(*tc->pcs));
 	sheaf_meta_free(tc, sizeof(*tc));

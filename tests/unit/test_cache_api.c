@@ -1,0 +1,226 @@
+/* The cache API end to end: contents, bulk all-or-nothing, prefill guarantee (K§5),
+ * conservation, statistics output. */
+#include "harness.h"
+#include "internal.h"
+
+#include <sheaf.h>
+#include <sheaf_stats.h>
+
+static void stats(struct sheaf_cache *c, struct sheaf_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->size = sizeof(*st);
+	REQUIRE(sheaf_stats_get(c, st) == 0);
+}
+
+/* Every object freed, the cache shrunk: every slab went back and the counters balance. */
+static void test_conservation(void)
+{
+	struct sheaf_cache *c = sheaf_cache_create("cons", 200, NULL);
+	REQUIRE(c);
+	enum { N = 50000 };
+	void **v = calloc(N, sizeof(void *));
+	uint64_t seed = 42;
+	size_t live = 0;
+	for (int round = 0; round < 20; round++) {
+		for (int i = 0; i < 5000; i++) {
+			size_t k = th_rand(&seed) % N;
+			if (v[k]) {
+				CHECK(*(uint64_t *)v[k] == k);
+				sheaf_cache_free(c, v[k]);
+				v[k] = NULL;
+				live--;
+			} else {
+				v[k] = sheaf_cache_alloc(c);
+				REQUIRE(v[k]);
+				*(uint64_t *)v[k] = k;
+				live++;
+			}
+		}
+		if (round % 5 == 4) {
+			void *b[300];
+			CHECK(sheaf_cache_alloc_bulk(c, 300, b) == 300);
+			sheaf_cache_free_bulk(c, 300, b);
+		}
+	}
+	struct sheaf_stats st;
+	stats(c, &st);
+	CHECK(st.objects_inuse >= live);
+	for (size_t k = 0; k < N; k++)
+		if (v[k])
+			sheaf_cache_free(c, v[k]);
+	sheaf_cache_shrink(c);
+	stats(c, &st);
+	CHECK(st.slabs == 0);
+	CHECK(st.objects_inuse == 0);
+	CHECK(st.objects_cached == 0);
+	CHECK(st.events[SHEAF_STAT_ALLOC_SLAB] == st.events[SHEAF_STAT_FREE_SLAB]);
+	uint64_t allocs = st.events[SHEAF_STAT_ALLOC_FASTPATH] + st.events[SHEAF_STAT_ALLOC_SLOWPATH];
+	uint64_t frees = st.events[SHEAF_STAT_FREE_FASTPATH] + st.events[SHEAF_STAT_FREE_SLOWPATH];
+	CHECKF(allocs == frees, "allocs %llu frees %llu", (unsigned long long)allocs, (unsigned long long)frees);
+	/* Objects in = objects out for the sheaf layer too. */
+	CHECK(st.events[SHEAF_STAT_SHEAF_REFILL] + st.events[SHEAF_STAT_FREE_FASTPATH] ==
+	      st.events[SHEAF_STAT_SHEAF_FLUSH] + st.events[SHEAF_STAT_ALLOC_FASTPATH]);
+	free(v);
+	sheaf_cache_destroy(c);
+}
+
+static void test_bulk(void)
+{
+	struct sheaf_cache *c = sheaf_cache_create("bulk", 64, NULL);
+	REQUIRE(c);
+	void *v[5000];
+	CHECK(sheaf_cache_alloc_bulk(c, 5000, v) == 5000);
+	for (int i = 0; i < 5000; i++) {
+		for (int j = i + 1; j < i + 8 && j < 5000; j++)
+			CHECK(v[i] != v[j]);
+		memset(v[i], 0x11, 64);
+	}
+	sheaf_cache_free_bulk(c, 5000, v);
+	CHECK(sheaf_cache_alloc_bulk(c, 0, v) == 0);
+	/* Injected page-heap failure: all or nothing, and the cache stays usable. */
+	sheaf_cache_shrink(c);
+	sheaf_os_inject_heap_failure(0);
+	errno = 0;
+	size_t got = sheaf_cache_alloc_bulk(c, 100000, v[0] ? (void **)calloc(100000, sizeof(void *)) : NULL);
+	CHECK(got == 0 && errno == ENOMEM);
+	errno = 0;
+	void *one = sheaf_cache_alloc(c);
+	CHECK(one == NULL && errno == ENOMEM);
+	sheaf_os_inject_heap_failure(-1);
+	struct sheaf_stats st;
+	sheaf_cache_shrink(c);
+	stats(c, &st);
+	CHECK(st.objects_inuse == 0); /* the partial bulk was given back */
+	one = sheaf_cache_alloc(c);
+	CHECK(one != NULL);
+	sheaf_cache_free(c, one);
+	/* A failure in the middle: enough blocks for part of the request only. */
+	void **w = calloc(200000, sizeof(void *));
+	sheaf_os_inject_heap_failure(2);
+	CHECK(sheaf_cache_alloc_bulk(c, 200000, w) == 0);
+	sheaf_os_inject_heap_failure(-1);
+	sheaf_cache_shrink(c);
+	stats(c, &st);
+	CHECK(st.objects_inuse == 0);
+	CHECK(sheaf_cache_alloc_bulk(c, 200000, w) == 200000);
+	sheaf_cache_free_bulk(c, 200000, w);
+	free(w);
+	sheaf_cache_destroy(c);
+}
+
+/* K§5: a prefilled sheaf of n guarantees n allocations, then NULL. */
+static void test_prefill(void)
+{
+	struct sheaf_cache_args a = { .sheaf_capacity = 32 };
+	struct sheaf_cache *c = sheaf_cache_create("prefill", 128, &a);
+	REQUIRE(c);
+	for (unsigned n = 1; n <= 100; n += 7) {
+		struct sheaf_prefilled *s = sheaf_cache_prefill(c, n);
+		REQUIRE(s);
+		CHECK(sheaf_prefilled_size(s) >= n);
+		unsigned sz = sheaf_prefilled_size(s);
+		void *got[200];
+		for (unsigned i = 0; i < sz; i++) {
+			got[i] = sheaf_cache_alloc_from(c, s);
+			CHECK(got[i] != NULL);
+		}
+		CHECK(sheaf_cache_alloc_from(c, s) == NULL); /* no fallback to the cache */
+		CHECK(sheaf_cache_refill(c, &s, n + 5) == 0);
+		CHECK(sheaf_prefilled_size(s) >= n + 5);
+		for (unsigned i = 0; i < sz; i++)
+			sheaf_cache_free(c, got[i]);
+		sheaf_cache_return(c, s);
+	}
+	errno = 0;
+	CHECK(sheaf_cache_prefill(c, 0) == NULL && errno == EINVAL);
+	struct sheaf_prefilled *s = sheaf_cache_prefill(c, 10);
+	CHECK(sheaf_cache_refill(c, NULL, 3) == -EINVAL);
+	CHECK(sheaf_cache_refill(c, &s, 3) == 0);
+	/* Prefill under injected failure fails cleanly and nothing leaks. */
+	sheaf_cache_return(c, s);
+	sheaf_cache_shrink(c);
+	sheaf_os_inject_heap_failure(0);
+	CHECK(sheaf_cache_prefill(c, 500) == NULL);
+	CHECK(sheaf_cache_prefill(c, 20) == NULL);
+	sheaf_os_inject_heap_failure(-1);
+	struct sheaf_stats st;
+	stats(c, &st);
+	CHECK(st.objects_inuse == 0);
+	CHECK(st.events[SHEAF_STAT_SHEAF_PREFILL_OVERSIZE] >= 1);
+	sheaf_cache_destroy(c);
+}
+
+static void test_stats_output(void)
+{
+	struct sheaf_cache *c = sheaf_cache_create("stats-out", 32, NULL);
+	REQUIRE(c);
+	void *p = sheaf_cache_alloc(c);
+	sheaf_cache_free(c, p);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	sheaf_stats_print_json(c, f);
+	fclose(f);
+	CHECK(strstr(buf, "\"name\":\"stats-out\"") != NULL);
+	CHECK(strstr(buf, "\"ALLOC_FASTPATH\":") != NULL);
+	CHECK(strstr(buf, "\"sheaf_capacity\":") != NULL);
+	free(buf);
+	f = open_memstream(&buf, &len);
+	sheaf_stats_print(c, f);
+	sheaf_stats_print_all_json(f);
+	fclose(f);
+	CHECK(strstr(buf, "BARN_GET") != NULL);
+	CHECK(strstr(buf, "sheaf-meta-") != NULL);
+	free(buf);
+	CHECK(strcmp(sheaf_stat_name(SHEAF_STAT_FREE_SLOWPATH), "FREE_SLOWPATH") == 0);
+	CHECK(sheaf_stat_name(SHEAF_STAT_NR) == NULL);
+	struct sheaf_stats small = { .size = 64 };
+	CHECK(sheaf_stats_get(c, &small) == 0 && small.size == 64 && small.version == SHEAF_STATS_VERSION);
+	struct sheaf_global_stats g = { .size = sizeof(g) };
+	CHECK(sheaf_global_stats_get(&g) == 0 && g.heap_reserved > 0 && g.caches >= 2);
+	sheaf_stats_reset(c);
+	struct sheaf_stats st;
+	stats(c, &st);
+	CHECK(st.events[SHEAF_STAT_ALLOC_FASTPATH] == 0);
+	CHECK(sheaf_option_set("STATS", "1") == -EBUSY);
+	CHECK(sheaf_option_set("NO_SUCH", "1") == -ENOENT);
+	sheaf_cache_destroy(c);
+}
+
+/* Thread exit returns a thread's sheaves to the barn. */
+static struct sheaf_cache *tx_cache;
+static void *tx_thread(void *arg)
+{
+	(void)arg;
+	void *v[500];
+	for (int i = 0; i < 500; i++)
+		v[i] = sheaf_cache_alloc(tx_cache);
+	for (int i = 0; i < 500; i++)
+		sheaf_cache_free(tx_cache, v[i]);
+	return NULL;
+}
+static void test_thread_exit(void)
+{
+	tx_cache = sheaf_cache_create("texit", 48, NULL);
+	REQUIRE(tx_cache);
+	pthread_t t;
+	pthread_create(&t, NULL, tx_thread, NULL);
+	pthread_join(t, NULL);
+	struct sheaf_stats st;
+	stats(tx_cache, &st);
+	CHECK(st.objects_in_pcs == 0);
+	CHECK(st.barn_full >= 1);                   /* its sheaves went to the barn */
+	CHECK(st.objects_in_barns == st.objects_inuse); /* nothing lost */
+	sheaf_cache_destroy(tx_cache);
+}
+
+int main(void)
+{
+	RUN(test_conservation);
+	RUN(test_bulk);
+	RUN(test_prefill);
+	RUN(test_stats_output);
+	RUN(test_thread_exit);
+	return th_done();
+}
