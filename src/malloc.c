@@ -1,0 +1,867 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * malloc.c - the malloc front end (DESIGN §6).
+ *
+ * Three kinds of memory, told apart on free in this order:
+ *
+ *  1. Size-class objects (<= 32 KiB, sizeclass.h): one Sheaf cache per class,
+ *     created on first use, so malloc and free are the caches' per-CPU sheaf
+ *     fast paths (K§2.1-2.6) plus a table lookup.  sheaf_cache_of() finds the
+ *     owning cache of any pointer in O(1) (DESIGN §1), and a pointer whose
+ *     cache is not one of ours is reported, never followed.
+ *  2. Extents (> 32 KiB, or alignment > 4 KiB): page-aligned anonymous
+ *     mappings recorded in a sharded hash table keyed by address (no header,
+ *     so a foreign pointer is never dereferenced).  Freed extents wait in a
+ *     small cache (16 slots, 64 MiB) for reuse and are unmapped once they
+ *     have been idle for 1 s, checked on later large operations: prompt
+ *     unmapping of large blocks is what made peers slow on malloc-large
+ *     (peers.md §2.10 item 4), keeping them forever is what users complain
+ *     about (peers.md §3 item 1).
+ *  3. Bootstrap memory: an allocation made while this thread is inside the
+ *     creation of a class cache (the core's first initialisation may read
+ *     /sys with stdio, which calls malloc) is served by a bump allocator over
+ *     a static arena and never reused.  This is what makes early start-up and
+ *     re-entry safe without dlsym (peers.md §3 item 6).
+ *
+ * Anything else is foreign: in libsheaf-malloc.so it may be glibc's (see
+ * src/preload/preload.c), otherwise it is reported.
+ *
+ * Locks (none is held while calling into the core except sc_lock):
+ *   sc_lock      class-cache creation; taken before the core's locks.
+ *   xc.lock      the extent cache.
+ *   shard locks  the extent registry, one per shard; never nested.
+ * All are taken by the fork handlers in that order (peers.md §3 item 7).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "malloc_internal.h"
+#include "sizeclass.h"
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+#define PAGE 4096u
+/* Requests above PTRDIFF_MAX fail as in glibc: pointer differences inside
+ * the block must be representable. */
+#define SIZE_LIMIT ((size_t)PTRDIFF_MAX)
+
+static size_t round_up(size_t n, size_t a)
+{
+	return (n + a - 1) & ~(a - 1);
+}
+
+/* ---- Counters and error reports ---------------------------------------------- */
+
+static struct {
+	_Atomic uint64_t extent_maps, extent_reuses, extent_unmaps, extent_remaps;
+	_Atomic uint64_t boot_allocs, foreign_frees, errors;
+} ctr;
+
+#define CTR_INC(f) atomic_fetch_add_explicit(&ctr.f, 1, memory_order_relaxed)
+
+void sheaf_malloc_counters_get(struct sheaf_malloc_counters *out)
+{
+	out->extent_maps = atomic_load_explicit(&ctr.extent_maps, memory_order_relaxed);
+	out->extent_reuses = atomic_load_explicit(&ctr.extent_reuses, memory_order_relaxed);
+	out->extent_unmaps = atomic_load_explicit(&ctr.extent_unmaps, memory_order_relaxed);
+	out->extent_remaps = atomic_load_explicit(&ctr.extent_remaps, memory_order_relaxed);
+	out->boot_allocs = atomic_load_explicit(&ctr.boot_allocs, memory_order_relaxed);
+	out->foreign_frees = atomic_load_explicit(&ctr.foreign_frees, memory_order_relaxed);
+	out->errors = atomic_load_explicit(&ctr.errors, memory_order_relaxed);
+}
+
+/* A message buffer formatted without stdio: the error path never allocates
+ * (DESIGN §8), and here it may run inside malloc itself. */
+struct msg {
+	char b[256];
+	size_t n;
+};
+
+static void msg_str(struct msg *m, const char *s)
+{
+	while (*s && m->n < sizeof(m->b) - 1)
+		m->b[m->n++] = *s++;
+}
+
+static void msg_num(struct msg *m, uint64_t v, unsigned int base)
+{
+	char t[24];
+	int k = 0;
+	do {
+		t[k++] = "0123456789abcdef"[v % base];
+		v /= base;
+	} while (v);
+	if (base == 16)
+		msg_str(m, "0x");
+	while (k > 0 && m->n < sizeof(m->b) - 1)
+		m->b[m->n++] = t[--k];
+}
+
+/* SHEAF_ON_ERROR=warn (the core's option, sheaf.h): report and leak instead
+ * of aborting. */
+static bool error_is_warn(void)
+{
+	return sheaf_ensure_init() == 0 && sheaf_g.on_error_warn;
+}
+
+/* Report an invalid use of the malloc API: "sheaf: <fn>: <what> <ptr>
+ * [(cache <name>)] [size <n>]".  Aborts unless SHEAF_ON_ERROR=warn. */
+static void __attribute__((cold, noinline))
+report(const char *fn, const char *what, const void *ptr, const char *cache, size_t size)
+{
+	struct msg m = { .n = 0 };
+	CTR_INC(errors);
+	msg_str(&m, "sheaf: ");
+	msg_str(&m, fn);
+	msg_str(&m, ": ");
+	msg_str(&m, what);
+	msg_str(&m, " ");
+	msg_num(&m, (uintptr_t)ptr, 16);
+	if (cache) {
+		msg_str(&m, " (cache ");
+		msg_str(&m, cache);
+		msg_str(&m, ")");
+	}
+	if (size != (size_t)-1) {
+		msg_str(&m, " size ");
+		msg_num(&m, size, 10);
+	}
+	bool warn = error_is_warn();
+	if (warn)
+		msg_str(&m, " (continuing: SHEAF_ON_ERROR=warn)");
+	msg_str(&m, "\n");
+	ssize_t w = write(2, m.b, m.n);
+	(void)w;
+	if (!warn)
+		abort();
+}
+
+/* ---- Class caches -------------------------------------------------------------- */
+
+static struct sheaf_cache *_Atomic sc_cache[SHEAF_SC_COUNT];
+static pthread_mutex_t sc_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Non-zero while this thread creates a class cache (holding sc_lock):
+ * allocations it makes meanwhile come from the bootstrap arena.  Zero-
+ * initialised TLS, so it reads 0 even before the loader has copied the TLS
+ * image (malloc may run that early). */
+static __thread unsigned int tls_creating;
+static atomic_int fork_handlers_registered;
+
+static void fork_prepare(void);
+static void fork_parent(void);
+static void fork_child(void);
+
+/* The class of a cache if it is one of ours, else -1.  The cache's object
+ * size maps back to its class (checked at creation). */
+static inline int class_of_cache(const struct sheaf_cache *c)
+{
+	size_t sz = sheaf_cache_object_size(c);
+	if (unlikely(sz > SHEAF_SC_MAX))
+		return -1;
+	unsigned int i = sheaf_sc_index(sz);
+	if (likely(atomic_load_explicit(&sc_cache[i], memory_order_relaxed) == c))
+		return (int)i;
+	return -1;
+}
+
+static void class_name(char *buf, unsigned int i)
+{
+	struct msg m = { .n = 0 };
+	msg_str(&m, "malloc-");
+	msg_num(&m, sheaf_sc_size[i], 10);
+	m.b[m.n] = 0;
+	memcpy(buf, m.b, m.n + 1);
+}
+
+/* Create class @i's cache; NULL if it cannot be created or if this thread is
+ * already creating one (the caller then uses the bootstrap arena). */
+static struct sheaf_cache *__attribute__((noinline)) class_create(unsigned int i)
+{
+	if (tls_creating)
+		return NULL;
+	int e = errno;
+	pthread_mutex_lock(&sc_lock);
+	struct sheaf_cache *c = atomic_load_explicit(&sc_cache[i], memory_order_acquire);
+	if (!c) {
+		char name[32];
+		struct sheaf_cache_args args = {
+			.align = sheaf_sc_align(i), .sheaf_capacity = 0, .flags = 0, .ctor = NULL,
+		};
+		class_name(name, i);
+		tls_creating++;
+		c = sheaf_cache_create(name, sheaf_sc_size[i], &args);
+		tls_creating--;
+		if (c) {
+			size_t osz = sheaf_cache_object_size(c);
+			/* class_of_cache() depends on this; the core only rounds
+			 * sizes up to the alignment, which divides ours. */
+			if (osz < sheaf_sc_size[i] || sheaf_sc_index(osz) != i) {
+				report("malloc", "class cache has an unexpected object size", c,
+				       name, osz);
+				c = NULL;
+			} else {
+				atomic_store_explicit(&sc_cache[i], c, memory_order_release);
+			}
+		}
+	}
+	pthread_mutex_unlock(&sc_lock);
+	if (c) {
+		errno = e;
+		/* After the first cache, so that the core's own handlers (set
+		 * up by its initialisation) are registered first: prepare
+		 * handlers run in reverse order, so ours take sc_lock before
+		 * the core's locks are taken, the order class_create uses.
+		 * pthread_atfork allocates: outside sc_lock. */
+		if (!atomic_exchange(&fork_handlers_registered, 1))
+			pthread_atfork(fork_prepare, fork_parent, fork_child);
+	}
+	return c;
+}
+
+/* ---- Bootstrap arena ------------------------------------------------------------ */
+
+#define BOOT_SIZE (1u << 20)
+#define BOOT_HDR 16u /* keeps 16-byte alignment; holds the size */
+static char boot_mem[BOOT_SIZE] __attribute__((aligned(PAGE)));
+static _Atomic size_t boot_used;
+
+static bool is_boot(const void *p)
+{
+	return (const char *)p >= boot_mem && (const char *)p < boot_mem + BOOT_SIZE;
+}
+
+static size_t boot_size(const void *p)
+{
+	return *(const size_t *)((const char *)p - BOOT_HDR);
+}
+
+static void *large_alloc(size_t n, size_t align, bool zero);
+
+/* Bump allocation, lock-free; the memory is never reused (it is a few KiB
+ * for the core's start-up).  When the arena is exhausted, extents. */
+static void *boot_alloc(size_t n, size_t align)
+{
+	if (align < BOOT_HDR)
+		align = BOOT_HDR;
+	if (n <= BOOT_SIZE && align <= PAGE) {
+		size_t old = atomic_load_explicit(&boot_used, memory_order_relaxed);
+		for (;;) {
+			size_t start = round_up(old + BOOT_HDR, align);
+			size_t end = round_up(start + n, BOOT_HDR);
+			if (end > BOOT_SIZE)
+				break;
+			if (atomic_compare_exchange_weak(&boot_used, &old, end)) {
+				*(size_t *)(boot_mem + start - BOOT_HDR) = n;
+				CTR_INC(boot_allocs);
+				return boot_mem + start;
+			}
+		}
+	}
+	return large_alloc(n ? n : 1, align, false);
+}
+
+/* ---- Extent registry -------------------------------------------------------------- */
+
+#define EXT_SHARDS 16u
+#define EXT_EMPTY 0u
+#define EXT_DEAD 1u
+
+struct ext_slot {
+	uintptr_t addr; /* EXT_EMPTY, EXT_DEAD or the extent's address */
+	size_t len;     /* mapped bytes, a multiple of PAGE */
+};
+
+struct ext_shard {
+	pthread_mutex_t lock;
+	struct ext_slot *tab; /* mmap'd, cap slots; protected by lock */
+	size_t cap, live, dead;
+} __attribute__((aligned(64)));
+
+static struct ext_shard ext_shards[EXT_SHARDS] = {
+	[0 ... EXT_SHARDS - 1] = { .lock = PTHREAD_MUTEX_INITIALIZER },
+};
+
+static uint64_t ext_hash(uintptr_t a)
+{
+	return (uint64_t)(a >> 12) * 0x9e3779b97f4a7c15ull;
+}
+
+static struct ext_shard *ext_shard_of(uint64_t h)
+{
+	return &ext_shards[h >> 60];
+}
+
+/* Find @a's slot, or the empty slot that ends its probe sequence. */
+static struct ext_slot *ext_find_locked(struct ext_shard *s, uintptr_t a, uint64_t h)
+{
+	size_t mask = s->cap - 1;
+	for (size_t i = (h >> 16) & mask;; i = (i + 1) & mask) {
+		struct ext_slot *e = &s->tab[i];
+		if (e->addr == a || e->addr == EXT_EMPTY)
+			return e;
+	}
+}
+
+/* Rebuild the table so that one more insertion keeps it at most 3/4 full,
+ * tombstones included.  The table lives in its own mapping: the registry
+ * must not depend on malloc. */
+static bool ext_grow_locked(struct ext_shard *s)
+{
+	size_t cap = s->cap ? s->cap : 256;
+	while ((s->live + 1) * 2 > cap)
+		cap *= 2;
+	struct ext_slot *t = mmap(NULL, cap * sizeof(*t), PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (t == MAP_FAILED)
+		return false;
+	struct ext_slot *old = s->tab;
+	size_t oldcap = s->cap;
+	s->tab = t;
+	s->cap = cap;
+	s->dead = 0;
+	for (size_t i = 0; i < oldcap; i++) {
+		if (old[i].addr > EXT_DEAD)
+			*ext_find_locked(s, old[i].addr, ext_hash(old[i].addr)) = old[i];
+	}
+	if (old)
+		munmap(old, oldcap * sizeof(*old));
+	return true;
+}
+
+static bool ext_insert(void *p, size_t len)
+{
+	uintptr_t a = (uintptr_t)p;
+	uint64_t h = ext_hash(a);
+	struct ext_shard *s = ext_shard_of(h);
+	bool ok = true;
+	pthread_mutex_lock(&s->lock);
+	if ((s->live + s->dead + 1) * 4 > s->cap * 3)
+		ok = ext_grow_locked(s);
+	if (ok) {
+		struct ext_slot *e = ext_find_locked(s, a, h);
+		e->addr = a;
+		e->len = len;
+		s->live++;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return ok;
+}
+
+/* Length of the extent at @p, 0 if @p is not an extent's address.  With
+ * @remove, it stops being one (so a second free of it is detected). */
+static size_t ext_lookup(const void *p, bool remove)
+{
+	uintptr_t a = (uintptr_t)p;
+	uint64_t h = ext_hash(a);
+	struct ext_shard *s = ext_shard_of(h);
+	size_t len = 0;
+	pthread_mutex_lock(&s->lock);
+	if (s->cap) {
+		struct ext_slot *e = ext_find_locked(s, a, h);
+		if (e->addr == a) {
+			len = e->len;
+			if (remove) {
+				e->addr = EXT_DEAD;
+				s->live--;
+				s->dead++;
+			}
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	return len;
+}
+
+/* ---- Extent cache ------------------------------------------------------------------ */
+
+struct xc_ent {
+	void *addr;
+	size_t len;
+	uint64_t freed_ns;
+};
+
+/* Entries in order of freeing, oldest first.  Protected by lock. */
+static struct {
+	pthread_mutex_t lock;
+	unsigned int n;
+	size_t bytes;
+	struct xc_ent e[SHEAF_MALLOC_EXTENT_CACHE_SLOTS];
+} xc = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	/* The coarse clock is a vDSO read; a few ms of resolution is plenty
+	 * for a 1 s delay. */
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void xc_remove_locked(unsigned int i)
+{
+	xc.bytes -= xc.e[i].len;
+	memmove(&xc.e[i], &xc.e[i + 1], (xc.n - i - 1) * sizeof(xc.e[0]));
+	xc.n--;
+}
+
+/* Move the entries idle for the delay (or all, with @all) to @out. */
+static unsigned int xc_expire_locked(uint64_t now, bool all, struct xc_ent *out)
+{
+	unsigned int k = 0;
+	while (xc.n && (all || now - xc.e[0].freed_ns >= SHEAF_MALLOC_EXTENT_DELAY_NS)) {
+		out[k++] = xc.e[0];
+		xc_remove_locked(0);
+	}
+	return k;
+}
+
+static void xc_unmap(struct xc_ent *v, unsigned int k)
+{
+	for (unsigned int i = 0; i < k; i++) {
+		munmap(v[i].addr, v[i].len);
+		CTR_INC(extent_unmaps);
+	}
+}
+
+/* A cached extent of at least @len bytes (and at most twice, so reuse never
+ * more than doubles the footprint of a request), aligned to @align.  Its
+ * length is returned in *@got. */
+static void *xc_take(size_t len, size_t align, size_t *got)
+{
+	struct xc_ent victims[SHEAF_MALLOC_EXTENT_CACHE_SLOTS];
+	void *p = NULL;
+	pthread_mutex_lock(&xc.lock);
+	unsigned int k = xc_expire_locked(now_ns(), false, victims);
+	int best = -1;
+	for (unsigned int i = 0; i < xc.n; i++) {
+		const struct xc_ent *e = &xc.e[i];
+		if (e->len >= len && e->len / 2 <= len && ((uintptr_t)e->addr & (align - 1)) == 0 &&
+		    (best < 0 || e->len < xc.e[best].len))
+			best = (int)i;
+	}
+	if (best >= 0) {
+		p = xc.e[best].addr;
+		*got = xc.e[best].len;
+		xc_remove_locked((unsigned int)best);
+	}
+	pthread_mutex_unlock(&xc.lock);
+	xc_unmap(victims, k);
+	return p;
+}
+
+/* Keep a freed extent for reuse, evicting the oldest to stay in bounds. */
+static void xc_put(void *p, size_t len)
+{
+	struct xc_ent victims[SHEAF_MALLOC_EXTENT_CACHE_SLOTS + 1];
+	if (len > SHEAF_MALLOC_EXTENT_CACHE_ONE) {
+		munmap(p, len);
+		CTR_INC(extent_unmaps);
+		return;
+	}
+	uint64_t now = now_ns();
+	pthread_mutex_lock(&xc.lock);
+	unsigned int k = xc_expire_locked(now, false, victims);
+	while (xc.n && (xc.n == SHEAF_MALLOC_EXTENT_CACHE_SLOTS ||
+			xc.bytes + len > SHEAF_MALLOC_EXTENT_CACHE_BYTES)) {
+		victims[k++] = xc.e[0];
+		xc_remove_locked(0);
+	}
+	xc.e[xc.n++] = (struct xc_ent){ .addr = p, .len = len, .freed_ns = now };
+	xc.bytes += len;
+	pthread_mutex_unlock(&xc.lock);
+	xc_unmap(victims, k);
+}
+
+void sheaf_malloc_extent_cache_drain(void)
+{
+	struct xc_ent victims[SHEAF_MALLOC_EXTENT_CACHE_SLOTS];
+	pthread_mutex_lock(&xc.lock);
+	unsigned int k = xc_expire_locked(0, true, victims);
+	pthread_mutex_unlock(&xc.lock);
+	xc_unmap(victims, k);
+}
+
+void sheaf_malloc_extent_cache_stat(size_t *count, size_t *bytes)
+{
+	pthread_mutex_lock(&xc.lock);
+	*count = xc.n;
+	*bytes = xc.bytes;
+	pthread_mutex_unlock(&xc.lock);
+}
+
+/* ---- Extents --------------------------------------------------------------------- */
+
+/* Map @len bytes aligned to @align (a power of two >= PAGE): over-map by
+ * align - PAGE and trim both ends. */
+static void *map_aligned(size_t len, size_t align)
+{
+	size_t extra = align - PAGE;
+	if (len > SIZE_LIMIT - extra)
+		return NULL;
+	char *m = mmap(NULL, len + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	char *p = (char *)round_up((uintptr_t)m, align);
+	if (p > m)
+		munmap(m, (size_t)(p - m));
+	if ((size_t)(p - m) < extra)
+		munmap(p + len, extra - (size_t)(p - m));
+	return p;
+}
+
+static void *large_alloc(size_t n, size_t align, bool zero)
+{
+	if (unlikely(n > SIZE_LIMIT - PAGE)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	size_t len = round_up(n, PAGE), got = 0;
+	if (align < PAGE)
+		align = PAGE;
+	void *p = xc_take(len, align, &got);
+	if (p) {
+		CTR_INC(extent_reuses);
+		if (zero)
+			memset(p, 0, n); /* fresh mappings are zero already */
+		len = got;
+	} else {
+		p = map_aligned(len, align);
+		if (!p) {
+			errno = ENOMEM;
+			return NULL;
+		}
+		CTR_INC(extent_maps);
+	}
+	if (unlikely(!ext_insert(p, len))) {
+		munmap(p, len);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return p;
+}
+
+/* realloc of an extent of @len bytes at @p to @n > SHEAF_SC_MAX bytes:
+ * shrink in place (the tail goes back at once: it is a realloc the program
+ * asked for, not a free), grow with mremap, which moves the pages without
+ * copying them. */
+static void *extent_resize(void *p, size_t len, size_t n)
+{
+	if (unlikely(n > SIZE_LIMIT - PAGE)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	size_t nlen = round_up(n, PAGE);
+	if (nlen == len)
+		return p;
+	/* Take it out of the registry while its address and length change;
+	 * nobody else may use it meanwhile (it is being reallocated). */
+	ext_lookup(p, true);
+	void *q = mremap(p, len, nlen, nlen < len ? 0 : MREMAP_MAYMOVE);
+	if (q == MAP_FAILED) {
+		ext_insert(p, len); /* a table slot was just freed: cannot fail */
+		errno = ENOMEM;
+		return NULL;
+	}
+	CTR_INC(extent_remaps);
+	if (unlikely(!ext_insert(q, nlen))) {
+		munmap(q, nlen);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return q;
+}
+
+/* ---- Foreign pointers ------------------------------------------------------------- */
+
+/* Free of a pointer that is no size-class object: an extent, bootstrap memory,
+ * glibc's memory (preload only) or an error. */
+static void __attribute__((noinline)) free_slow(void *p, struct sheaf_cache *c, const char *fn)
+{
+	if (c) {
+		report(fn, "pointer of a cache that is not malloc's", p, sheaf_cache_name(c), (size_t)-1);
+		return;
+	}
+	if (is_boot(p))
+		return; /* bootstrap memory is never reused */
+	size_t len = ext_lookup(p, true);
+	if (len) {
+		xc_put(p, len);
+		return;
+	}
+	if (sheaf_preload_foreign_size && sheaf_preload_foreign_size(p)) {
+		CTR_INC(foreign_frees);
+		sheaf_preload_foreign_free(p);
+		return;
+	}
+	report(fn, "invalid pointer (not allocated by sheaf_malloc, or freed twice)", p, NULL,
+	       (size_t)-1);
+}
+
+/* ---- The API ---------------------------------------------------------------------- */
+
+void *sheaf_malloc(size_t n)
+{
+	if (likely(n <= SHEAF_SC_MAX)) {
+		unsigned int i = sheaf_sc_index(n);
+		struct sheaf_cache *c = atomic_load_explicit(&sc_cache[i], memory_order_acquire);
+		if (unlikely(!c)) {
+			c = class_create(i);
+			if (!c)
+				return tls_creating ? boot_alloc(n, 0) : (errno = ENOMEM, NULL);
+		}
+		return sheaf_cache_alloc(c);
+	}
+	return large_alloc(n, 0, false);
+}
+
+void sheaf_free(void *p)
+{
+	if (unlikely(!p))
+		return;
+	int e = errno; /* free preserves errno (POSIX 2024; peers.md §3) */
+	struct sheaf_cache *c = sheaf_cache_of(p);
+	if (likely(c != NULL) && likely(class_of_cache(c) >= 0))
+		sheaf_cache_free(c, p);
+	else
+		free_slow(p, c, "free");
+	errno = e;
+}
+
+void *sheaf_calloc(size_t nmemb, size_t size)
+{
+	size_t n;
+	if (unlikely(__builtin_mul_overflow(nmemb, size, &n))) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (n > SHEAF_SC_MAX)
+		return large_alloc(n, 0, true);
+	void *p = sheaf_malloc(n);
+	if (likely(p != NULL))
+		memset(p, 0, n);
+	return p;
+}
+
+/* The usable size of @p, 0 if it is not ours (reported unless glibc's). */
+static size_t usable_size(const void *p, const char *fn)
+{
+	struct sheaf_cache *c = sheaf_cache_of(p);
+	if (likely(c != NULL)) {
+		if (likely(class_of_cache(c) >= 0))
+			return sheaf_cache_object_size(c);
+		report(fn, "pointer of a cache that is not malloc's", p, sheaf_cache_name(c),
+		       (size_t)-1);
+		return 0;
+	}
+	size_t len = ext_lookup(p, false);
+	if (len)
+		return len;
+	if (is_boot(p))
+		return boot_size(p);
+	if (sheaf_preload_foreign_size && (len = sheaf_preload_foreign_size(p)) != 0)
+		return len;
+	report(fn, "invalid pointer", p, NULL, (size_t)-1);
+	return 0;
+}
+
+size_t sheaf_usable_size(const void *p)
+{
+	return p ? usable_size(p, "malloc_usable_size") : 0;
+}
+
+void *sheaf_realloc(void *p, size_t n)
+{
+	if (!p)
+		return sheaf_malloc(n);
+	if (n == 0) {
+		/* glibc's choice, which Linux programs expect: free and
+		 * return NULL (C17 leaves it implementation-defined). */
+		sheaf_free(p);
+		return NULL;
+	}
+	struct sheaf_cache *c = sheaf_cache_of(p);
+	size_t cur;
+	if (likely(c != NULL)) {
+		int i = class_of_cache(c);
+		if (unlikely(i < 0)) {
+			report("realloc", "pointer of a cache that is not malloc's", p,
+			       sheaf_cache_name(c), (size_t)-1);
+			errno = EINVAL;
+			return NULL;
+		}
+		/* Same class: nothing to do, growing or shrinking. */
+		if (n <= SHEAF_SC_MAX && sheaf_sc_index(n) == (unsigned int)i)
+			return p;
+		cur = sheaf_cache_object_size(c);
+	} else {
+		size_t len = ext_lookup(p, false);
+		if (len) {
+			if (n > SHEAF_SC_MAX)
+				return extent_resize(p, len, n);
+			cur = len; /* shrinking below the extent threshold: move */
+		} else {
+			cur = usable_size(p, "realloc");
+			if (!cur) {
+				errno = EINVAL;
+				return NULL;
+			}
+		}
+	}
+	void *q = sheaf_malloc(n);
+	if (unlikely(!q)) {
+		/* A shrink that cannot move keeps the old block. */
+		return n <= cur ? p : NULL;
+	}
+	memcpy(q, p, n < cur ? n : cur);
+	sheaf_free(p);
+	return q;
+}
+
+/* Class @i reached from class @from by the aligned-allocation search for
+ * some alignment, i.e. no class in [from, i) is aligned as much as @i. */
+static bool align_reachable(unsigned int from, unsigned int i)
+{
+	for (unsigned int j = from; j < i; j++)
+		if (sheaf_sc_align(j) >= sheaf_sc_align(i))
+			return false;
+	return true;
+}
+
+void *sheaf_aligned_alloc(size_t align, size_t n)
+{
+	if (unlikely(align == 0 || (align & (align - 1)) != 0)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (align <= SHEAF_SC_ALIGN_MAX && n <= SHEAF_SC_MAX) {
+		/* The smallest class that holds n and whose objects are all
+		 * aligned to align; the 32 KiB class is 4 KiB-aligned, so the
+		 * search always ends. */
+		unsigned int i = sheaf_sc_index(n);
+		while (sheaf_sc_align(i) < align)
+			i++;
+		struct sheaf_cache *c = atomic_load_explicit(&sc_cache[i], memory_order_acquire);
+		if (unlikely(!c)) {
+			c = class_create(i);
+			if (!c)
+				return tls_creating ? boot_alloc(n, align) : (errno = ENOMEM, NULL);
+		}
+		return sheaf_cache_alloc(c);
+	}
+	return large_alloc(n ? n : 1, align, false);
+}
+
+void sheaf_free_sized(void *p, size_t size)
+{
+	if (unlikely(!p))
+		return;
+	int e = errno;
+	struct sheaf_cache *c = sheaf_cache_of(p);
+	int i;
+	if (likely(c != NULL) && likely((i = class_of_cache(c)) >= 0)) {
+		/* Valid sizes: those whose class is i, and those from which an
+		 * aligned allocation reaches class i. */
+		if (likely(size <= SHEAF_SC_MAX && sheaf_sc_index(size) == (unsigned int)i) ||
+		    (size <= sheaf_sc_size[i] && align_reachable(sheaf_sc_index(size), (unsigned int)i)))
+			sheaf_cache_free(c, p);
+		else
+			report("sheaf_free_sized", "size does not match the allocation", p,
+			       sheaf_cache_name(c), size);
+	} else if (!c && !is_boot(p)) {
+		size_t len = ext_lookup(p, false);
+		if (len && size > len)
+			report("sheaf_free_sized", "size does not match the allocation", p, NULL,
+			       size);
+		else
+			free_slow(p, c, "sheaf_free_sized");
+	} else {
+		free_slow(p, c, "sheaf_free_sized");
+	}
+	errno = e;
+}
+
+/* ---- POSIX and glibc conventions (malloc_internal.h) -------------------------------- */
+
+int sheaf_malloc_posix_memalign(void **memptr, size_t align, size_t size)
+{
+	if (align < sizeof(void *) || (align & (align - 1)) != 0)
+		return EINVAL;
+	int e = errno;
+	void *p = sheaf_aligned_alloc(align, size);
+	int r = p ? 0 : errno;
+	errno = e;
+	if (p)
+		*memptr = p;
+	return r;
+}
+
+void *sheaf_malloc_memalign(size_t align, size_t size)
+{
+	if (align > SIZE_MAX / 2 + 1) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (align == 0)
+		align = 1;
+	if (align & (align - 1))
+		align = (size_t)1 << (64 - __builtin_clzll((unsigned long long)align));
+	return sheaf_aligned_alloc(align, size);
+}
+
+void *sheaf_malloc_valloc(size_t size)
+{
+	return sheaf_aligned_alloc(PAGE, size);
+}
+
+void *sheaf_malloc_pvalloc(size_t size)
+{
+	if (size > SIZE_LIMIT) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return sheaf_aligned_alloc(PAGE, size ? round_up(size, PAGE) : PAGE);
+}
+
+void *sheaf_malloc_reallocarray(void *p, size_t nmemb, size_t size)
+{
+	size_t n;
+	if (__builtin_mul_overflow(nmemb, size, &n)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return sheaf_realloc(p, n);
+}
+
+/* ---- fork (peers.md §3 item 7) -------------------------------------------------------- */
+
+/* Hold every front-end lock across fork, so the child never inherits one
+ * that a thread which does not exist there was holding. */
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&sc_lock);
+	pthread_mutex_lock(&xc.lock);
+	for (unsigned int i = 0; i < EXT_SHARDS; i++)
+		pthread_mutex_lock(&ext_shards[i].lock);
+}
+
+static void fork_parent(void)
+{
+	for (unsigned int i = EXT_SHARDS; i-- > 0;)
+		pthread_mutex_unlock(&ext_shards[i].lock);
+	pthread_mutex_unlock(&xc.lock);
+	pthread_mutex_unlock(&sc_lock);
+}
+
+static void fork_child(void)
+{
+	/* The forking thread is the owner of every lock in the child. */
+	fork_parent();
+}

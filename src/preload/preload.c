@@ -1,0 +1,382 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * preload.c - libsheaf-malloc.so: the malloc front end (src/malloc.c) under
+ * the names of the C library and of the C++ runtime, for LD_PRELOAD (DESIGN
+ * §6).  The library also contains the whole core (built from the same
+ * objects as libsheaf), so a preloaded process has exactly one Sheaf.
+ *
+ * What replacement mallocs trip over (peers.md §3 items 6-8), and the answer
+ * here:
+ *  - Allocation before initialisation and during dlsym: nothing here calls
+ *    dlsym on the allocation path; the class caches are created on first use
+ *    and any allocation made while one is being created (the core's start-up
+ *    reads /sys with stdio) comes from malloc.c's bootstrap arena.
+ *  - Memory of glibc's own allocator reaching free: Sheaf never uses brk, so
+ *    a pointer inside the program break that looks like an in-use chunk of
+ *    glibc's main arena is glibc's and goes back through __libc_free; any
+ *    other unknown pointer is reported (sheaf_preload_foreign_size below).
+ *  - Initial-exec TLS: all TLS of the library is initial-exec and
+ *    zero-initialised (a preloaded library gets static TLS; dlopen of this
+ *    library after start-up is not supported, as for every replacement).
+ *  - fork from a multi-threaded parent: malloc.c and the core register
+ *    pthread_atfork handlers that hold every lock across fork.
+ *  - Threads that exit holding cached objects: the core flushes a thread's
+ *    sheaves at exit (sheaf_thread_flush); objects stay valid for any thread.
+ *  - errno: free and delete preserve it (malloc.c).
+ *
+ * C++: operator new/delete are defined here in C under their Itanium-ABI
+ * names, so that C programs do not load libstdc++.  Failure follows the
+ * standard: the new_handler loop, then std::bad_alloc thrown through the
+ * C++ runtime, both looked up only when memory has run out.
+ *
+ * Proof of service: every call is counted in thread-local counters folded
+ * into global ones every 256 calls and at thread exit;
+ * SHEAF_MALLOC_STATS=1 prints "sheaf-malloc: N mallocs, M frees" on stderr at
+ * exit, SHEAF_MALLOC_STATS=/path appends the line (with pid and program
+ * name) to that file, which also works for programs that close stderr or
+ * whose children's stderr is compared by tests.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "malloc_internal.h"
+#include "preload.h"
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define EXPORT __attribute__((visibility("default")))
+
+/* ---- Call counters -------------------------------------------------------------- */
+
+#define FOLD_EVERY 256u
+
+struct tcount {
+	uint64_t mallocs, frees;
+	uint32_t pending;
+	uint32_t armed; /* the thread-exit key holds a value for this thread */
+};
+
+static __thread struct tcount tc; /* initial-exec, zero-initialised */
+static _Atomic uint64_t total_mallocs, total_frees;
+static pthread_key_t fold_key;
+static atomic_int fold_key_ok;
+
+static void fold(void)
+{
+	atomic_fetch_add_explicit(&total_mallocs, tc.mallocs, memory_order_relaxed);
+	atomic_fetch_add_explicit(&total_frees, tc.frees, memory_order_relaxed);
+	tc.mallocs = tc.frees = 0;
+	tc.pending = 0;
+}
+
+static void __attribute__((noinline)) fold_and_arm(void)
+{
+	fold();
+	/* Arm the key so the remainder is folded at thread exit.  Key indexes
+	 * below 32 live in the thread descriptor: setspecific does not
+	 * allocate (and if it did, the nested call would find tc.armed set). */
+	if (!tc.armed && atomic_load_explicit(&fold_key_ok, memory_order_acquire)) {
+		tc.armed = 1;
+		pthread_setspecific(fold_key, (void *)1);
+	}
+}
+
+static void fold_at_exit(void *arg)
+{
+	(void)arg;
+	fold();
+	tc.armed = 0; /* later calls (other destructors) arm again */
+}
+
+static inline void count_malloc(void)
+{
+	tc.mallocs++;
+	if (unlikely(++tc.pending >= FOLD_EVERY))
+		fold_and_arm();
+}
+
+static inline void count_free(void)
+{
+	tc.frees++;
+	if (unlikely(++tc.pending >= FOLD_EVERY))
+		fold_and_arm();
+}
+
+void sheaf_preload_counts(uint64_t *mallocs, uint64_t *frees)
+{
+	fold();
+	*mallocs = atomic_load_explicit(&total_mallocs, memory_order_relaxed);
+	*frees = atomic_load_explicit(&total_frees, memory_order_relaxed);
+}
+
+/* ---- glibc's memory ------------------------------------------------------------- */
+
+extern void __libc_free(void *ptr);
+
+/* Start of the program break (field 47 of /proc/self/stat), 1 if unknown. */
+static uintptr_t brk_start;
+
+static uintptr_t read_brk_start(void)
+{
+	char buf[1024];
+	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 1;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 1;
+	buf[n] = 0;
+	char *s = strrchr(buf, ')'); /* the command name may contain spaces */
+	if (!s)
+		return 1;
+	/* After ")" comes field 3; start_brk is field 47. */
+	for (int field = 2; field < 47 && s; field++)
+		s = strchr(s + 1, ' ');
+	if (!s)
+		return 1;
+	uintptr_t v = (uintptr_t)strtoull(s + 1, NULL, 10);
+	return v ? v : 1;
+}
+
+size_t sheaf_preload_foreign_size(const void *ptr)
+{
+	uintptr_t a = (uintptr_t)ptr;
+	if (!brk_start)
+		brk_start = read_brk_start();
+	uintptr_t lo = brk_start, hi = (uintptr_t)sbrk(0);
+	/* glibc's main arena is the only user of brk in a process where Sheaf
+	 * is the malloc (Sheaf maps everything), and its chunks are 16-byte
+	 * aligned with the size word just before the pointer. */
+	if (lo <= 1 || a < lo + 16 || a >= hi || (a & 15))
+		return 0;
+	size_t sz = ((const size_t *)ptr)[-1];
+	if (sz & 6) /* IS_MMAPPED or NON_MAIN_ARENA: not a brk chunk */
+		return 0;
+	sz &= ~(size_t)7;
+	if (sz < 32 || sz > hi - a + 8)
+		return 0;
+	return sz - 8; /* an in-use chunk's payload overlaps the next prev_size */
+}
+
+void sheaf_preload_foreign_free(void *ptr)
+{
+	__libc_free(ptr);
+}
+
+/* ---- The C library's names ------------------------------------------------------------ */
+
+EXPORT void *malloc(size_t n)
+{
+	count_malloc();
+	return sheaf_malloc(n);
+}
+
+EXPORT void free(void *p)
+{
+	if (likely(p != NULL))
+		count_free();
+	sheaf_free(p);
+}
+
+EXPORT void *calloc(size_t nmemb, size_t size)
+{
+	count_malloc();
+	return sheaf_calloc(nmemb, size);
+}
+
+EXPORT void *realloc(void *p, size_t n)
+{
+	count_malloc();
+	return sheaf_realloc(p, n);
+}
+
+EXPORT void *reallocarray(void *p, size_t nmemb, size_t size)
+{
+	count_malloc();
+	return sheaf_malloc_reallocarray(p, nmemb, size);
+}
+
+EXPORT void *aligned_alloc(size_t align, size_t n)
+{
+	count_malloc();
+	return sheaf_aligned_alloc(align, n);
+}
+
+EXPORT int posix_memalign(void **memptr, size_t align, size_t n)
+{
+	count_malloc();
+	return sheaf_malloc_posix_memalign(memptr, align, n);
+}
+
+EXPORT void *memalign(size_t align, size_t n)
+{
+	count_malloc();
+	return sheaf_malloc_memalign(align, n);
+}
+
+EXPORT void *valloc(size_t n)
+{
+	count_malloc();
+	return sheaf_malloc_valloc(n);
+}
+
+EXPORT void *pvalloc(size_t n)
+{
+	count_malloc();
+	return sheaf_malloc_pvalloc(n);
+}
+
+EXPORT size_t malloc_usable_size(void *p)
+{
+	return sheaf_usable_size(p);
+}
+
+/* ---- C++ ----------------------------------------------------------------------------- */
+
+typedef void (*new_handler_fn)(void);
+
+static void *__attribute__((noinline)) cxx_new_failed(size_t n, size_t al, bool nothrow)
+{
+	for (;;) {
+		/* The C++ runtime is looked up only now: a C program never
+		 * needs it, and dlsym may allocate (memory may be back by then). */
+		new_handler_fn (*get)(void) = (new_handler_fn(*)(void))dlsym(RTLD_DEFAULT,
+									     "_ZSt15get_new_handlerv");
+		new_handler_fn h = get ? get() : NULL;
+		if (!h) {
+			if (nothrow)
+				return NULL;
+			void (*thr)(void) = (void (*)(void))dlsym(RTLD_DEFAULT,
+								  "_ZSt17__throw_bad_allocv");
+			if (thr)
+				thr(); /* throws std::bad_alloc through this frame */
+			static const char m[] = "sheaf-malloc: operator new: out of memory "
+						"and no C++ runtime to throw std::bad_alloc\n";
+			ssize_t w = write(2, m, sizeof(m) - 1);
+			(void)w;
+			abort();
+		}
+		h();
+		void *p = al ? sheaf_aligned_alloc(al, n) : sheaf_malloc(n);
+		if (p)
+			return p;
+	}
+}
+
+static inline void *cxx_new(size_t n, size_t al, bool nothrow)
+{
+	count_malloc();
+	void *p = al ? sheaf_aligned_alloc(al, n) : sheaf_malloc(n);
+	if (likely(p != NULL))
+		return p;
+	return cxx_new_failed(n, al, nothrow);
+}
+
+static inline void cxx_delete(void *p)
+{
+	if (likely(p != NULL))
+		count_free();
+	sheaf_free(p);
+}
+
+static inline void cxx_delete_sized(void *p, size_t n)
+{
+	if (likely(p != NULL))
+		count_free();
+	/* Checked against the class: a mismatch is a bug worth reporting. */
+	sheaf_free_sized(p, n);
+}
+
+void *_Znwm(size_t n) { return cxx_new(n, 0, false); }
+void *_Znam(size_t n) { return cxx_new(n, 0, false); }
+void *_ZnwmRKSt9nothrow_t(size_t n, const sheaf_nothrow_t *nt) { (void)nt; return cxx_new(n, 0, true); }
+void *_ZnamRKSt9nothrow_t(size_t n, const sheaf_nothrow_t *nt) { (void)nt; return cxx_new(n, 0, true); }
+void *_ZnwmSt11align_val_t(size_t n, sheaf_align_val_t al) { return cxx_new(n, al, false); }
+void *_ZnamSt11align_val_t(size_t n, sheaf_align_val_t al) { return cxx_new(n, al, false); }
+void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, sheaf_align_val_t al, const sheaf_nothrow_t *nt)
+{
+	(void)nt;
+	return cxx_new(n, al, true);
+}
+void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, sheaf_align_val_t al, const sheaf_nothrow_t *nt)
+{
+	(void)nt;
+	return cxx_new(n, al, true);
+}
+
+void _ZdlPv(void *p) { cxx_delete(p); }
+void _ZdaPv(void *p) { cxx_delete(p); }
+void _ZdlPvm(void *p, size_t n) { cxx_delete_sized(p, n); }
+void _ZdaPvm(void *p, size_t n) { cxx_delete_sized(p, n); }
+void _ZdlPvRKSt9nothrow_t(void *p, const sheaf_nothrow_t *nt) { (void)nt; cxx_delete(p); }
+void _ZdaPvRKSt9nothrow_t(void *p, const sheaf_nothrow_t *nt) { (void)nt; cxx_delete(p); }
+void _ZdlPvSt11align_val_t(void *p, sheaf_align_val_t al) { (void)al; cxx_delete(p); }
+void _ZdaPvSt11align_val_t(void *p, sheaf_align_val_t al) { (void)al; cxx_delete(p); }
+void _ZdlPvmSt11align_val_t(void *p, size_t n, sheaf_align_val_t al) { (void)al; cxx_delete_sized(p, n); }
+void _ZdaPvmSt11align_val_t(void *p, size_t n, sheaf_align_val_t al) { (void)al; cxx_delete_sized(p, n); }
+void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, sheaf_align_val_t al, const sheaf_nothrow_t *nt)
+{
+	(void)al;
+	(void)nt;
+	cxx_delete(p);
+}
+void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, sheaf_align_val_t al, const sheaf_nothrow_t *nt)
+{
+	(void)al;
+	(void)nt;
+	cxx_delete(p);
+}
+
+/* ---- Start and exit ---------------------------------------------------------------- */
+
+static char stats_dest[512]; /* SHEAF_MALLOC_STATS, copied at start */
+
+static void __attribute__((constructor)) preload_start(void)
+{
+	if (pthread_key_create(&fold_key, fold_at_exit) == 0)
+		atomic_store_explicit(&fold_key_ok, 1, memory_order_release);
+	const char *v = getenv("SHEAF_MALLOC_STATS");
+	if (v && *v && strcmp(v, "0") != 0) {
+		size_t n = strlen(v);
+		if (n < sizeof(stats_dest))
+			memcpy(stats_dest, v, n + 1);
+	}
+	/* Create the first class now, while the process is most likely still
+	 * single-threaded, so the core's start-up is out of the way. */
+	free(malloc(1));
+}
+
+static void __attribute__((destructor)) preload_exit(void)
+{
+	if (!stats_dest[0])
+		return;
+	uint64_t m, f;
+	sheaf_preload_counts(&m, &f);
+	char line[640];
+	int fd = 2, n;
+	if (stats_dest[0] == '/') {
+		n = snprintf(line, sizeof(line), "sheaf-malloc: %llu mallocs, %llu frees (pid %d, %s)\n",
+			     (unsigned long long)m, (unsigned long long)f, (int)getpid(),
+			     program_invocation_short_name);
+		fd = open(stats_dest, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	} else {
+		n = snprintf(line, sizeof(line), "sheaf-malloc: %llu mallocs, %llu frees\n",
+			     (unsigned long long)m, (unsigned long long)f);
+	}
+	if (fd >= 0 && n > 0) {
+		ssize_t w = write(fd, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+		(void)w;
+	}
+	if (fd > 2)
+		close(fd);
+}

@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * preload.h - what libsheaf-malloc.so exports beyond <stdlib.h> and
+ * <malloc.h>: the C++ allocation functions under their Itanium-ABI names
+ * (written in C so that C programs do not load libstdc++; see preload.c),
+ * and the call counters.
+ */
+#ifndef SHEAF_PRELOAD_H
+#define SHEAF_PRELOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHEAF_PRELOAD_API __attribute__((visibility("default")))
+
+/* Calls served since start: every allocating call (malloc, calloc, realloc,
+ * aligned forms, operator new) counts in *mallocs, every free or delete of a
+ * non-NULL pointer in *frees.  Counts of threads still running are folded in
+ * every 256 calls, so they may be a little behind. */
+SHEAF_PRELOAD_API void sheaf_preload_counts(uint64_t *mallocs, uint64_t *frees);
+
+/* Opaque stand-ins for std::nothrow_t and std::align_val_t. */
+typedef struct sheaf_nothrow sheaf_nothrow_t;
+typedef size_t sheaf_align_val_t;
+
+/* operator new / new[]: plain, nothrow, aligned, aligned + nothrow. */
+SHEAF_PRELOAD_API void *_Znwm(size_t n);
+SHEAF_PRELOAD_API void *_Znam(size_t n);
+SHEAF_PRELOAD_API void *_ZnwmRKSt9nothrow_t(size_t n, const sheaf_nothrow_t *nt);
+SHEAF_PRELOAD_API void *_ZnamRKSt9nothrow_t(size_t n, const sheaf_nothrow_t *nt);
+SHEAF_PRELOAD_API void *_ZnwmSt11align_val_t(size_t n, sheaf_align_val_t al);
+SHEAF_PRELOAD_API void *_ZnamSt11align_val_t(size_t n, sheaf_align_val_t al);
+SHEAF_PRELOAD_API void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, sheaf_align_val_t al,
+							   const sheaf_nothrow_t *nt);
+SHEAF_PRELOAD_API void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, sheaf_align_val_t al,
+							   const sheaf_nothrow_t *nt);
+
+/* operator delete / delete[]: plain, sized, nothrow, aligned, sized + aligned,
+ * aligned + nothrow. */
+SHEAF_PRELOAD_API void _ZdlPv(void *p);
+SHEAF_PRELOAD_API void _ZdaPv(void *p);
+SHEAF_PRELOAD_API void _ZdlPvm(void *p, size_t n);
+SHEAF_PRELOAD_API void _ZdaPvm(void *p, size_t n);
+SHEAF_PRELOAD_API void _ZdlPvRKSt9nothrow_t(void *p, const sheaf_nothrow_t *nt);
+SHEAF_PRELOAD_API void _ZdaPvRKSt9nothrow_t(void *p, const sheaf_nothrow_t *nt);
+SHEAF_PRELOAD_API void _ZdlPvSt11align_val_t(void *p, sheaf_align_val_t al);
+SHEAF_PRELOAD_API void _ZdaPvSt11align_val_t(void *p, sheaf_align_val_t al);
+SHEAF_PRELOAD_API void _ZdlPvmSt11align_val_t(void *p, size_t n, sheaf_align_val_t al);
+SHEAF_PRELOAD_API void _ZdaPvmSt11align_val_t(void *p, size_t n, sheaf_align_val_t al);
+SHEAF_PRELOAD_API void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, sheaf_align_val_t al,
+							   const sheaf_nothrow_t *nt);
+SHEAF_PRELOAD_API void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, sheaf_align_val_t al,
+							   const sheaf_nothrow_t *nt);
+
+#endif /* SHEAF_PRELOAD_H */

@@ -1,0 +1,437 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_malloc_api.c - the contracts of the malloc front end (sheaf_malloc.h,
+ * and the POSIX/glibc conventions in malloc_internal.h that the preload
+ * library exports): what glibc's malloc tests check, written anew.
+ */
+#include <stdbool.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "harness.h"
+#include "malloc_internal.h"
+#include "sizeclass.h"
+
+static bool aligned(const void *p, size_t a)
+{
+	return ((uintptr_t)p & (a - 1)) == 0;
+}
+
+static void t_basic_sizes(void)
+{
+	/* Every size up to 70000 in steps, written end to end. */
+	for (size_t n = 0; n <= 70000; n += (n < 1100 ? 1 : 97)) {
+		unsigned char *p = sheaf_malloc(n);
+		REQUIRE(p != NULL);
+		CHECK(aligned(p, n >= 16 ? 16 : 8));
+		size_t u = sheaf_usable_size(p);
+		CHECKF(u >= n, "n=%zu usable=%zu", n, u);
+		memset(p, 0xab, u);
+		sheaf_free(p);
+	}
+	CHECK(sheaf_usable_size(NULL) == 0);
+	sheaf_free(NULL);
+	/* A small object is a size-class object: its usable size is the class. */
+	void *q = sheaf_malloc(100);
+	CHECK(sheaf_usable_size(q) == 112);
+	CHECK(sheaf_cache_of(q) != NULL);
+	sheaf_free(q);
+	/* Distinct live objects. */
+	void *v[512];
+	for (int i = 0; i < 512; i++)
+		v[i] = sheaf_malloc(24);
+	int dup = 0;
+	for (int i = 0; i < 512; i++)
+		for (int j = i + 1; j < 512; j++)
+			dup += v[i] == v[j];
+	CHECK(dup == 0);
+	for (int i = 0; i < 512; i++)
+		sheaf_free(v[i]);
+}
+
+static void t_calloc(void)
+{
+	errno = 0;
+	CHECK(sheaf_calloc(SIZE_MAX / 2, 3) == NULL && errno == ENOMEM);
+	errno = 0;
+	CHECK(sheaf_calloc((size_t)1 << 32, (size_t)1 << 32) == NULL && errno == ENOMEM);
+	errno = 0;
+	CHECK(sheaf_calloc(SIZE_MAX, SIZE_MAX) == NULL && errno == ENOMEM);
+	/* Zeroed, also when the memory is recycled (small and large). */
+	size_t sizes[] = { 1, 40, 1000, 32768, 40000, 300000 };
+	for (unsigned k = 0; k < 6; k++) {
+		for (int r = 0; r < 3; r++) {
+			unsigned char *d = sheaf_malloc(sizes[k]);
+			memset(d, 0xff, sizes[k]);
+			sheaf_free(d);
+			unsigned char *z = sheaf_calloc(1, sizes[k]);
+			REQUIRE(z != NULL);
+			size_t nz = 0;
+			for (size_t i = 0; i < sizes[k]; i++)
+				nz += z[i] != 0;
+			CHECKF(nz == 0, "size %zu: %zu non-zero", sizes[k], nz);
+			sheaf_free(z);
+		}
+	}
+	void *z0 = sheaf_calloc(0, 10);
+	CHECK(z0 != NULL);
+	sheaf_free(z0);
+}
+
+static void t_too_large(void)
+{
+	size_t bad[] = { SIZE_MAX, SIZE_MAX - 1, SIZE_MAX - 4096, (size_t)PTRDIFF_MAX + 1,
+			 (size_t)PTRDIFF_MAX, (size_t)1 << 62 };
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		errno = 0;
+		CHECKF(sheaf_malloc(bad[i]) == NULL && errno == ENOMEM, "malloc(%zu)", bad[i]);
+		errno = 0;
+		CHECK(sheaf_aligned_alloc(4096, bad[i]) == NULL && errno == ENOMEM);
+		errno = 0;
+		CHECK(sheaf_aligned_alloc((size_t)1 << 20, bad[i]) == NULL && errno == ENOMEM);
+		errno = 0;
+		CHECK(sheaf_malloc_pvalloc(bad[i]) == NULL && errno == ENOMEM);
+		char *q = sheaf_malloc(50);
+		strcpy(q, "kept");
+		errno = 0;
+		CHECK(sheaf_realloc(q, bad[i]) == NULL && errno == ENOMEM);
+		CHECK(strcmp(q, "kept") == 0); /* the old block is intact */
+		char *big = sheaf_malloc(100000);
+		strcpy(big, "kept too");
+		CHECK(sheaf_realloc(big, bad[i]) == NULL && strcmp(big, "kept too") == 0);
+		sheaf_free(big);
+		sheaf_free(q);
+	}
+	/* The allocator still works. */
+	void *p = sheaf_malloc(1 << 20);
+	CHECK(p != NULL);
+	sheaf_free(p);
+}
+
+static void t_posix_memalign(void)
+{
+	void *const sentinel = (void *)0x5151;
+	size_t bad[] = { 0, 1, 2, 4, 3, 12, 24, 48, 100, (size_t)1 << 63 | 8 };
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		void *p = sentinel;
+		CHECKF(sheaf_malloc_posix_memalign(&p, bad[i], 64) == EINVAL && p == sentinel,
+		       "align %zu", bad[i]);
+	}
+	void *p = sentinel;
+	int e = errno = 4242;
+	CHECK(sheaf_malloc_posix_memalign(&p, 64, SIZE_MAX - 64) == ENOMEM && p == sentinel);
+	CHECK(errno == e);
+	CHECK(sheaf_malloc_posix_memalign(&p, (size_t)1 << 20, (size_t)PTRDIFF_MAX) == ENOMEM &&
+	      p == sentinel);
+	CHECK(sheaf_malloc_posix_memalign(&p, 8, 0) == 0 && p != sentinel);
+	sheaf_free(p);
+	/* aligned_alloc: not a power of two is EINVAL. */
+	errno = 0;
+	CHECK(sheaf_aligned_alloc(0, 8) == NULL && errno == EINVAL);
+	errno = 0;
+	CHECK(sheaf_aligned_alloc(24, 8) == NULL && errno == EINVAL);
+	/* memalign rounds up; valloc/pvalloc give pages. */
+	void *m = sheaf_malloc_memalign(48, 10);
+	CHECK(m && aligned(m, 64));
+	sheaf_free(m);
+	m = sheaf_malloc_memalign(0, 10);
+	CHECK(m != NULL);
+	sheaf_free(m);
+	errno = 0;
+	CHECK(sheaf_malloc_memalign(SIZE_MAX, 10) == NULL && errno == EINVAL);
+	m = sheaf_malloc_valloc(1);
+	CHECK(m && aligned(m, 4096));
+	sheaf_free(m);
+	m = sheaf_malloc_pvalloc(4097);
+	CHECK(m && aligned(m, 4096) && sheaf_usable_size(m) >= 8192);
+	sheaf_free(m);
+	m = sheaf_malloc_pvalloc(0);
+	CHECK(m && sheaf_usable_size(m) >= 4096);
+	sheaf_free(m);
+}
+
+/* Every alignment from 1 to 1 MiB, with sizes around it, by every entry point. */
+static void t_every_alignment(void)
+{
+	for (size_t al = 1; al <= ((size_t)1 << 20); al <<= 1) {
+		size_t sizes[] = { 0, 1, 7, al / 2, al - 1, al, al + 1, 3 * al, 32768, 32769, 100000 };
+		void *keep[11][3];
+		for (unsigned i = 0; i < 11; i++) {
+			size_t n = sizes[i];
+			void *a = sheaf_aligned_alloc(al, n);
+			CHECKF(a && aligned(a, al), "aligned_alloc(%zu, %zu) = %p", al, n, a);
+			void *b = NULL;
+			if (al >= sizeof(void *))
+				CHECK(sheaf_malloc_posix_memalign(&b, al, n) == 0 && aligned(b, al));
+			void *c = sheaf_malloc_memalign(al, n);
+			CHECK(c && aligned(c, al));
+			CHECK(sheaf_usable_size(a) >= n && sheaf_usable_size(c) >= n);
+			if (a)
+				memset(a, 0x11, n);
+			if (b)
+				memset(b, 0x22, n);
+			if (c)
+				memset(c, 0x33, n);
+			keep[i][0] = a;
+			keep[i][1] = b;
+			keep[i][2] = c;
+		}
+		/* Nothing overlapped: the fills survived. */
+		for (unsigned i = 0; i < 11; i++) {
+			size_t n = sizes[i];
+			for (int k = 0; k < 3; k++) {
+				unsigned char *x = keep[i][k];
+				if (x && n)
+					CHECK(x[0] == 0x11 * (k + 1) && x[n - 1] == 0x11 * (k + 1));
+				/* free_sized with the request is valid for aligned blocks */
+				if (k == 0)
+					sheaf_free_sized(x, n);
+				else
+					sheaf_free(x);
+			}
+		}
+	}
+}
+
+static void fill(unsigned char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (unsigned char)(i * 7 + 3);
+}
+
+static size_t check_fill(const unsigned char *p, size_t n)
+{
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++)
+		bad += p[i] != (unsigned char)(i * 7 + 3);
+	return bad;
+}
+
+static void t_realloc(void)
+{
+	/* From NULL. */
+	unsigned char *p = sheaf_realloc(NULL, 30);
+	CHECK(p != NULL);
+	fill(p, 30);
+	/* Same class: in place, growing and shrinking. */
+	unsigned char *q = sheaf_realloc(p, 32);
+	CHECK(q == p);
+	q = sheaf_realloc(p, 17);
+	CHECK(q == p && check_fill(q, 17) == 0);
+	/* Grow through every kind: classes, the largest class, extents. */
+	size_t path[] = { 17, 100, 1000, 4000, 32768, 32769, 200000, 5 << 20, 40 << 20, 6 << 20,
+			  100000, 40000, 20000, 1000, 10, 1 };
+	size_t cur = 17;
+	for (unsigned i = 1; i < sizeof(path) / sizeof(path[0]); i++) {
+		size_t n = path[i];
+		unsigned char *r = sheaf_realloc(q, n);
+		REQUIRE(r != NULL);
+		size_t keep = cur < n ? cur : n;
+		CHECKF(check_fill(r, keep) == 0, "realloc %zu -> %zu lost contents", cur, n);
+		CHECK(sheaf_usable_size(r) >= n);
+		fill(r, n);
+		q = r;
+		cur = n;
+	}
+	/* To 0: freed, NULL. */
+	CHECK(sheaf_realloc(q, 0) == NULL);
+	/* An extent grows in place or by mremap (no copy), counted. */
+	struct sheaf_malloc_counters c0, c1;
+	sheaf_malloc_counters_get(&c0);
+	unsigned char *e = sheaf_malloc(100000);
+	fill(e, 100000);
+	e = sheaf_realloc(e, 10 << 20);
+	CHECK(e && check_fill(e, 100000) == 0);
+	e = sheaf_realloc(e, 200000); /* shrink in place */
+	CHECK(e && check_fill(e, 100000) == 0 && sheaf_usable_size(e) == 200704);
+	sheaf_malloc_counters_get(&c1);
+	CHECK(c1.extent_remaps - c0.extent_remaps == 2);
+	sheaf_free(e);
+	/* reallocarray */
+	errno = 0;
+	unsigned char *ra = sheaf_malloc_reallocarray(NULL, 10, 10);
+	CHECK(ra != NULL);
+	fill(ra, 100);
+	CHECK(sheaf_malloc_reallocarray(ra, SIZE_MAX / 2, 4) == NULL && errno == ENOMEM);
+	ra = sheaf_malloc_reallocarray(ra, 1000, 10);
+	CHECK(ra && check_fill(ra, 100) == 0);
+	sheaf_free(ra);
+}
+
+static void t_free_keeps_errno(void)
+{
+	size_t sizes[] = { 1, 100, 5000, 32768, 50000, 3 << 20 };
+	for (unsigned i = 0; i < 6; i++) {
+		void *p = sheaf_malloc(sizes[i]);
+		errno = 9876;
+		sheaf_free(p);
+		CHECK(errno == 9876);
+		p = sheaf_malloc(sizes[i]);
+		errno = 5432;
+		sheaf_free_sized(p, sizes[i]);
+		CHECK(errno == 5432);
+	}
+	errno = 77;
+	sheaf_free(NULL);
+	CHECK(errno == 77);
+	/* Freeing many extents, which unmaps some, keeps errno too. */
+	void *v[40];
+	for (int i = 0; i < 40; i++)
+		v[i] = sheaf_malloc((size_t)(i + 1) << 20);
+	errno = 31;
+	for (int i = 0; i < 40; i++)
+		sheaf_free(v[i]);
+	CHECK(errno == 31);
+}
+
+static void t_free_sized(void)
+{
+	/* Any size between the request and the usable size is accepted. */
+	for (size_t n = 1; n < 40000; n = n * 5 / 4 + 1) {
+		void *p = sheaf_malloc(n);
+		size_t u = sheaf_usable_size(p);
+		sheaf_free_sized(p, n);
+		p = sheaf_malloc(n);
+		sheaf_free_sized(p, u);
+	}
+	void *a = sheaf_aligned_alloc(4096, 8);
+	sheaf_free_sized(a, 8);
+	struct sheaf_malloc_counters c;
+	sheaf_malloc_counters_get(&c);
+	CHECK(c.errors == 0);
+}
+
+/* Misuse, each in a child that must abort with a message naming the address. */
+static void bad_sized_small(void *arg)
+{
+	(void)arg;
+	void *p = sheaf_malloc(100);
+	sheaf_free_sized(p, 20);
+}
+static void bad_sized_over(void *arg)
+{
+	(void)arg;
+	void *p = sheaf_malloc(100);
+	sheaf_free_sized(p, 113);
+}
+static void bad_sized_extent(void *arg)
+{
+	(void)arg;
+	void *p = sheaf_malloc(100000);
+	sheaf_free_sized(p, 200000);
+}
+static void bad_stack(void *arg)
+{
+	(void)arg;
+	char buf[64];
+	sheaf_free(buf + 16);
+}
+static void bad_double_extent(void *arg)
+{
+	(void)arg;
+	void *p = sheaf_malloc(1 << 20);
+	sheaf_free(p);
+	sheaf_free(p);
+}
+static void bad_interior_extent(void *arg)
+{
+	(void)arg;
+	char *p = sheaf_malloc(1 << 20);
+	sheaf_free(p + 4096);
+}
+static void bad_other_cache(void *arg)
+{
+	(void)arg;
+	struct sheaf_cache *c = sheaf_cache_create("not-malloc", 100, NULL);
+	void *p = sheaf_cache_alloc(c);
+	sheaf_free(p);
+}
+static void bad_mmap(void *arg)
+{
+	(void)arg;
+	void *p = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	(void)sheaf_realloc(p, 100);
+}
+
+static void expect_abort(void (*fn)(void *), const char *what)
+{
+	struct th_child r;
+	th_run_child(fn, NULL, &r);
+	CHECKF(r.signaled && r.sig == SIGABRT, "%s: exited=%d status=%d", what, r.exited, r.status);
+	CHECKF(strstr(r.err, "sheaf") && strstr(r.err, "0x"), "%s: stderr '%s'", what, r.err);
+}
+
+static void t_misuse_reported(void)
+{
+	expect_abort(bad_sized_small, "free_sized too small");
+	expect_abort(bad_sized_over, "free_sized over usable");
+	expect_abort(bad_sized_extent, "free_sized extent");
+	expect_abort(bad_stack, "free of a stack address");
+	expect_abort(bad_double_extent, "double free of an extent");
+	expect_abort(bad_interior_extent, "free of an extent's interior");
+	expect_abort(bad_other_cache, "free of another cache's object");
+	expect_abort(bad_mmap, "realloc of foreign memory");
+}
+
+/* Freed extents wait in the cache, are reused, and go back after 1 s. */
+static void t_extent_cache(void)
+{
+	sheaf_malloc_extent_cache_drain();
+	struct sheaf_malloc_counters c0, c1;
+	size_t cnt, bytes;
+	sheaf_malloc_counters_get(&c0);
+	void *p = sheaf_malloc(300000);
+	sheaf_free(p);
+	sheaf_malloc_extent_cache_stat(&cnt, &bytes);
+	CHECK(cnt == 1 && bytes == 303104);
+	void *q = sheaf_malloc(290000); /* fits, not more than twice: reused */
+	CHECK(q == p);
+	sheaf_malloc_counters_get(&c1);
+	CHECK(c1.extent_reuses - c0.extent_reuses == 1);
+	CHECK(c1.extent_unmaps == c0.extent_unmaps);
+	sheaf_free(q);
+	/* Too small a request for that extent: a fresh mapping. */
+	void *s = sheaf_malloc(40000);
+	CHECK(s != p);
+	sheaf_free(s);
+	/* Bounded: more frees than slots evict the oldest. */
+	void *v[SHEAF_MALLOC_EXTENT_CACHE_SLOTS + 4];
+	for (unsigned i = 0; i < SHEAF_MALLOC_EXTENT_CACHE_SLOTS + 4; i++)
+		v[i] = sheaf_malloc(50000 + i * 8192);
+	for (unsigned i = 0; i < SHEAF_MALLOC_EXTENT_CACHE_SLOTS + 4; i++)
+		sheaf_free(v[i]);
+	sheaf_malloc_extent_cache_stat(&cnt, &bytes);
+	CHECK(cnt == SHEAF_MALLOC_EXTENT_CACHE_SLOTS && bytes <= SHEAF_MALLOC_EXTENT_CACHE_BYTES);
+	/* A huge one is never cached. */
+	sheaf_malloc_counters_get(&c0);
+	void *h = sheaf_malloc(SHEAF_MALLOC_EXTENT_CACHE_ONE + 1);
+	sheaf_free(h);
+	sheaf_malloc_counters_get(&c1);
+	CHECK(c1.extent_unmaps - c0.extent_unmaps == 1);
+	/* After the delay, the next large operation gives them back. */
+	struct timespec ts = { 1, 150 * 1000 * 1000 };
+	nanosleep(&ts, NULL);
+	sheaf_malloc_counters_get(&c0);
+	void *t = sheaf_malloc(1 << 20);
+	sheaf_malloc_counters_get(&c1);
+	sheaf_malloc_extent_cache_stat(&cnt, &bytes);
+	CHECK(cnt == 0 && bytes == 0);
+	CHECK(c1.extent_unmaps - c0.extent_unmaps == SHEAF_MALLOC_EXTENT_CACHE_SLOTS);
+	sheaf_free(t);
+	sheaf_malloc_extent_cache_drain();
+}
+
+int main(void)
+{
+	RUN(t_basic_sizes);
+	RUN(t_calloc);
+	RUN(t_too_large);
+	RUN(t_posix_memalign);
+	RUN(t_every_alignment);
+	RUN(t_realloc);
+	RUN(t_free_keeps_errno);
+	RUN(t_free_sized);
+	RUN(t_misuse_reported);
+	RUN(t_extent_cache);
+	return th_done();
+}
