@@ -86,6 +86,9 @@ if [ "$(cd "$pc_lib" 2>/dev/null && pwd)" = "$P/lib" ]; then
 else
 	bad "sheaf.pc libdir is '$pc_lib', not P/lib"
 fi
+# Everything below builds through pkg-config; with a wrong .pc each step would
+# only repeat this failure (or, worse, find an older installation).
+[ $fails -eq 0 ] || die "sheaf.pc does not describe the installed tree: cannot check a consumer"
 
 # ---- headers stand alone -----------------------------------------------------------
 for h in sheaf.h sheaf_stats.h sheaf_malloc.h; do
