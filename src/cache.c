@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "track.h"
 
 struct sheaf_globals sheaf_g = {
 	.caches_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -487,10 +488,14 @@ SHEAF_API void *sheaf_cache_alloc(struct sheaf_cache *c)
 		if (sheaf_likely(n)) {
 			m->nalloc++;
 			sheaf_wr(m->size, n - 1);
-			return m->objects[n - 1];
+			void *o = m->objects[n - 1];
+			sheaf_track_obj_alloc(c, o); /* nothing unless Valgrind/ASan (track.h) */
+			return o;
 		}
 	}
-	return alloc_slow(c, __builtin_return_address(0));
+	void *o = alloc_slow(c, __builtin_return_address(0));
+	sheaf_track_obj_alloc(c, o);
+	return o;
 }
 
 static void free_to_slab(struct sheaf_cache *c, void *obj)
@@ -512,6 +517,11 @@ void sheaf_cache_free_slowpath(struct sheaf_cache *c, void *obj, struct sheaf_pc
 	void (*hook)(const void *, size_t) = sheaf_free_check_hook;
 	if (hook)
 		hook(obj, c->object_size);
+	/* After the hook: fix-ups may still touch the object. */
+	if (sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
+		sheaf_report_error(c, obj, "double free of");
+		return;
+	}
 	if (c->debug_flags) {
 		if (sheaf_debug_slab_free(c, obj, __builtin_return_address(0)) != 0)
 			return;
@@ -563,6 +573,10 @@ SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj)
 		/* One compare covers "this cache", "this node" and "not the sentinel"; the
 		 * top-of-sheaf test catches an immediate double free. */
 		if (sheaf_likely(key == m->key && n < m->capacity && (n == 0 || m->objects[n - 1] != obj))) {
+			if (sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
+				sheaf_report_error(c, obj, "double free of");
+				return;
+			}
 			m->objects[n] = obj;
 			sheaf_wr(m->size, n + 1);
 			return;
@@ -621,6 +635,8 @@ SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **
 				break;
 			got += k;
 		}
+		for (size_t i = done; i < done + got; i++)
+			sheaf_track_obj_alloc(c, objs[i]);
 		if (got < rest) {
 			/* All or nothing (K§2.8 step 4). */
 			sheaf_cache_free_bulk(c, done + got, objs);
@@ -651,6 +667,10 @@ SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **obj
 		uintptr_t key = sheaf_page_key(obj);
 		if (sheaf_unlikely(!key || ((struct sheaf_node *)key)->cache != c)) {
 			sheaf_slab_check_obj(c, obj, "free"); /* reports */
+			continue;
+		}
+		if (sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
+			sheaf_report_error(c, obj, "double free of");
 			continue;
 		}
 		bool local = pcs && (key == pcs->key || (!c->kernel_compat && !sheaf_g.node_has_mem[pcs->node]));
@@ -691,12 +711,14 @@ static struct sheaf_prefilled *prefill_oversize(struct sheaf_cache *c, unsigned 
 	if (!s)
 		return NULL;
 	s->flags = SHEAF_SH_OVERSIZE | SHEAF_SH_PREFILLED;
-	if (sheaf_cache_alloc_bulk(c, n, s->objects) != n) {
+	/* K§5: an oversize sheaf is filled straight from slabs. */
+	sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
+	if (s->size < n) {
+		sheaf_sheaf_flush(c, s, NULL);
 		sheaf_sheaf_free(c, s);
 		errno = ENOMEM;
 		return NULL;
 	}
-	s->size = n;
 	sheaf_stat_atomic(c, SHEAF_STAT_SHEAF_PREFILL_OVERSIZE, 1);
 	return (struct sheaf_prefilled *)s;
 }
@@ -755,10 +777,11 @@ SHEAF_API struct sheaf_prefilled *sheaf_cache_prefill(struct sheaf_cache *c, uns
 SHEAF_API void *sheaf_cache_alloc_from(struct sheaf_cache *c, struct sheaf_prefilled *p)
 {
 	struct sheaf_sheaf *s = to_sheaf(p);
-	(void)c;
 	if (!s || s->size == 0)
 		return NULL;
 	sheaf_wr(s->size, s->size - 1);
+	/* Counted like any allocation from a sheaf (K§6.1 ALLOC_FASTPATH). */
+	sheaf_stat_atomic(c, SHEAF_STAT_ALLOC_FASTPATH, 1);
 	return s->objects[s->size];
 }
 
@@ -813,13 +836,8 @@ SHEAF_API int sheaf_cache_refill(struct sheaf_cache *c, struct sheaf_prefilled *
 	if (s->size >= n)
 		return 0;
 	if (s->capacity >= n) {
-		if (s->flags & SHEAF_SH_OVERSIZE) {
-			uint32_t want = n - s->size;
-			if (sheaf_cache_alloc_bulk(c, want, s->objects + s->size) != want)
-				return -ENOMEM;
-			s->size += want;
-			return 0;
-		}
+		/* Regular sheaves refill to full capacity, oversize ones too (capacity == their
+		 * original request). */
 		sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
 		return s->size >= n ? 0 : -ENOMEM;
 	}

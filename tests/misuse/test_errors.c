@@ -1,0 +1,220 @@
+/* Each caller error produces one clear line naming cache and address, then aborts
+ * (or, with SHEAF_ON_ERROR=warn, reports and leaks); checked in child processes.
+ * Also: fork safety and memory exhaustion. */
+#include "harness.h"
+#include "internal.h"
+
+#include <sheaf.h>
+#include <sheaf_stats.h>
+
+static struct sheaf_cache *ca, *cb;
+
+static void expect_abort(void (*fn)(void *), const char *what, const char *must)
+{
+	struct th_child r;
+	th_run_child(fn, NULL, &r);
+	CHECKF(r.signaled && r.sig == SIGABRT, "%s: child did not abort (exit %d sig %d)", what, r.status, r.sig);
+	CHECKF(strstr(r.err, "cache '") != NULL, "%s: no cache name in: %s", what, r.err);
+	CHECKF(strstr(r.err, "0x") != NULL, "%s: no address in: %s", what, r.err);
+	CHECKF(strstr(r.err, must) != NULL, "%s: expected '%s' in: %s", what, must, r.err);
+	/* One line. */
+	char *nl = strchr(r.err, '\n');
+	CHECKF(nl && nl[1] == 0, "%s: not exactly one line: %s", what, r.err);
+}
+
+static void do_foreign(void *a)
+{
+	(void)a;
+	static char buf[64];
+	sheaf_cache_free(ca, buf + 8);
+}
+static void do_foreign_malloc(void *a)
+{
+	(void)a;
+	void *p = malloc(100);
+	sheaf_cache_free(ca, p);
+}
+static void do_wrong_cache(void *a)
+{
+	(void)a;
+	void *p = sheaf_cache_alloc(cb);
+	sheaf_cache_free(ca, p);
+}
+static void do_interior(void *a)
+{
+	(void)a;
+	/* The fast path checks cache and node with one compare; an interior pointer of
+	 * the right cache is caught where the object reaches its slab: at once for a
+	 * cache without sheaves, at the latest when the sheaf is flushed (README). */
+	struct sheaf_cache_args args = { .flags = SHEAF_NO_SHEAVES };
+	struct sheaf_cache *c = sheaf_cache_create("noshv-int", 64, &args);
+	char *p = sheaf_cache_alloc(c);
+	sheaf_cache_free(c, p + 8);
+}
+static void do_double_free(void *a)
+{
+	(void)a;
+	void *p = sheaf_cache_alloc(ca);
+	sheaf_cache_free(ca, p);
+	sheaf_cache_free(ca, p);
+}
+static void do_double_free_slab(void *a)
+{
+	(void)a;
+	/* A cache without sheaves: the second free reaches the slab. */
+	struct sheaf_cache_args args = { .flags = SHEAF_NO_SHEAVES };
+	struct sheaf_cache *c = sheaf_cache_create("noshv", 64, &args);
+	void *p = sheaf_cache_alloc(c);
+	void *q = sheaf_cache_alloc(c);
+	sheaf_cache_free(c, p);
+	sheaf_cache_free(c, p);
+	(void)q;
+}
+static void do_double_free_bulk(void *a)
+{
+	(void)a;
+	void *p = sheaf_cache_alloc(ca);
+	void *v[2] = { p, p };
+	sheaf_cache_free_bulk(ca, 2, v);
+	sheaf_cache_shrink(ca);
+}
+
+static void test_errors_abort(void)
+{
+	expect_abort(do_foreign, "foreign static", "did not allocate");
+	expect_abort(do_foreign_malloc, "foreign malloc", "did not allocate");
+	expect_abort(do_wrong_cache, "wrong cache", "wrong cache");
+	expect_abort(do_interior, "interior", "not the start of an object");
+	expect_abort(do_double_free, "double free", "double free");
+	expect_abort(do_double_free_slab, "double free on slab", "double free");
+	expect_abort(do_double_free_bulk, "double free in bulk", "double free");
+}
+
+static void do_warn_mode(void *a)
+{
+	(void)a;
+	/* Fresh options in the child: warn mode reports and continues. */
+	static char buf[64];
+	sheaf_cache_free(ca, buf);
+	void *p = sheaf_cache_alloc(cb);
+	sheaf_cache_free(ca, p); /* leaked, not freed into the wrong cache */
+	void *q = sheaf_cache_alloc(ca);
+	if (!q)
+		_exit(3);
+	sheaf_cache_free(ca, q);
+	_exit(0);
+}
+
+static void test_warn_mode(void)
+{
+	sheaf_g.on_error_warn = 1;
+	struct th_child r;
+	th_run_child(do_warn_mode, NULL, &r);
+	sheaf_g.on_error_warn = 0;
+	CHECK(r.exited && r.status == 0);
+	CHECK(strstr(r.err, "leaked") != NULL);
+	CHECK(strstr(r.err, "did not allocate") != NULL);
+	CHECK(strstr(r.err, "wrong cache") != NULL);
+}
+
+/* Exhaustion: NULL + ENOMEM, and the cache keeps working afterwards. */
+static void do_exhaust(void *a)
+{
+	(void)a;
+	struct sheaf_cache *c = sheaf_cache_create("exhaust", 4096, NULL);
+	if (!c)
+		_exit(10);
+	sheaf_os_inject_heap_failure(2000); /* 8 MiB of order-0/1 slabs, then "mmap fails" */
+	void **v = calloc(1 << 20, sizeof(void *));
+	size_t n = 0;
+	for (;;) {
+		errno = 0;
+		void *p = sheaf_cache_alloc(c);
+		if (!p) {
+			if (errno != ENOMEM)
+				_exit(11);
+			break;
+		}
+		memset(p, 1, 4096);
+		v[n++] = p;
+	}
+	if (n < 100)
+		_exit(12);
+	for (size_t i = 0; i < n; i += 2)
+		sheaf_cache_free(c, v[i]);
+	/* Freed objects are reusable: the cache stays usable. */
+	for (int i = 0; i < 50; i++) {
+		void *p = sheaf_cache_alloc(c);
+		if (!p)
+			_exit(13);
+		sheaf_cache_free(c, p);
+	}
+	sheaf_os_inject_heap_failure(-1);
+	_exit(0);
+}
+
+static void test_exhaustion(void)
+{
+	struct th_child r;
+	th_run_child(do_exhaust, NULL, &r);
+	CHECKF(r.exited && r.status == 0, "exit %d sig %d: %s", r.status, r.sig, r.err);
+}
+
+/* fork: with other threads busy in the allocator, the child can allocate and free. */
+static atomic_int stop;
+static void *busy(void *arg)
+{
+	(void)arg;
+	void *v[64];
+	while (!atomic_load(&stop)) {
+		for (int i = 0; i < 64; i++)
+			v[i] = sheaf_cache_alloc(ca);
+		for (int i = 0; i < 64; i++)
+			sheaf_cache_free(ca, v[i]);
+		sheaf_cache_shrink(cb);
+	}
+	return NULL;
+}
+static void test_fork(void)
+{
+	pthread_t t[8];
+	for (int i = 0; i < 8; i++)
+		pthread_create(&t[i], NULL, busy, NULL);
+	for (int k = 0; k < 20; k++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			alarm(20);
+			void *v[1000];
+			for (int i = 0; i < 1000; i++) {
+				v[i] = sheaf_cache_alloc(i % 2 ? ca : cb);
+				if (!v[i])
+					_exit(2);
+			}
+			for (int i = 0; i < 1000; i++)
+				sheaf_cache_free(i % 2 ? ca : cb, v[i]);
+			struct sheaf_cache *n = sheaf_cache_create("child", 100, NULL);
+			void *p = sheaf_cache_alloc(n);
+			sheaf_cache_free(n, p);
+			sheaf_cache_destroy(n);
+			_exit(0);
+		}
+		int st;
+		waitpid(pid, &st, 0);
+		CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fork child %d: status %d", k, st);
+	}
+	atomic_store(&stop, 1);
+	for (int i = 0; i < 8; i++)
+		pthread_join(t[i], NULL);
+}
+
+int main(void)
+{
+	ca = sheaf_cache_create("cache-a", 64, NULL);
+	cb = sheaf_cache_create("cache-b", 64, NULL);
+	REQUIRE(ca && cb);
+	RUN(test_errors_abort);
+	RUN(test_warn_mode);
+	RUN(test_exhaustion);
+	RUN(test_fork);
+	return th_done();
+}
