@@ -89,7 +89,8 @@ struct sheaf_stats {
 	uint64_t bytes_returned;  /* slab bytes given back to the OS over the cache's life */
 	uint64_t nodes;
 	uint64_t percpu_slots;    /* CPUs (per-CPU mode) or live threads (per-thread mode) */
-	uint64_t reserved[8];
+	uint64_t barn_locks;      /* barn lock acquisitions over the cache's life */
+	uint64_t reserved[7];
 };
 
 /* Fill *st with @c's statistics.  st->size must be set by the caller to

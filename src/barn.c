@@ -43,6 +43,14 @@ void sheaf_barn_init(struct sheaf_barn *b, bool enabled, bool compat)
 	b->interval_ops = 0;
 }
 
+/* Every acquisition is counted: the gauge barn_locks is what a cross-CPU workload pays
+ * in shared-lock traffic (issue 3 point 3). */
+static inline void barn_lock(struct sheaf_barn *b)
+{
+	pthread_mutex_lock(&b->lock);
+	sheaf_wr(b->nr_locks, b->nr_locks + 1);
+}
+
 static inline void note_op_locked(struct sheaf_barn *b)
 {
 	if (b->nr_full < b->interval_low)
@@ -61,7 +69,7 @@ struct sheaf_sheaf *sheaf_barn_get_empty(struct sheaf_barn *b)
 	if (!b->enabled || !sheaf_rd(b->nr_empty))
 		return NULL;
 	struct sheaf_sheaf *s = NULL;
-	pthread_mutex_lock(&b->lock);
+	barn_lock(b);
 	if (!sheaf_list_empty(&b->empty)) {
 		s = sheaf_list_first(&b->empty, struct sheaf_sheaf, link);
 		sheaf_list_del(&s->link);
@@ -76,7 +84,7 @@ struct sheaf_sheaf *sheaf_barn_get_full(struct sheaf_barn *b, uint32_t min_size)
 	if (!b->enabled || !sheaf_rd(b->nr_full))
 		return NULL;
 	struct sheaf_sheaf *s = NULL;
-	pthread_mutex_lock(&b->lock);
+	barn_lock(b);
 	if (!sheaf_list_empty(&b->full)) {
 		s = sheaf_list_first(&b->full, struct sheaf_sheaf, link);
 		if (s->size >= min_size) {
@@ -93,7 +101,7 @@ struct sheaf_sheaf *sheaf_barn_get_full(struct sheaf_barn *b, uint32_t min_size)
 
 void sheaf_barn_put_empty(struct sheaf_barn *b, struct sheaf_sheaf *s)
 {
-	pthread_mutex_lock(&b->lock);
+	barn_lock(b);
 	sheaf_list_add(&s->link, &b->empty);
 	sheaf_wr(b->nr_empty, b->nr_empty + 1);
 	pthread_mutex_unlock(&b->lock);
@@ -102,7 +110,7 @@ void sheaf_barn_put_empty(struct sheaf_barn *b, struct sheaf_sheaf *s)
 void sheaf_barn_put_full(struct sheaf_barn *b, struct sheaf_sheaf *s)
 {
 	/* Ignores the limit: race and undo paths (K§1.3). */
-	pthread_mutex_lock(&b->lock);
+	barn_lock(b);
 	sheaf_list_add(&s->link, &b->full);
 	sheaf_wr(b->nr_full, b->nr_full + 1);
 	note_op_locked(b);
@@ -114,7 +122,7 @@ struct sheaf_sheaf *sheaf_barn_replace_empty(struct sheaf_barn *b, struct sheaf_
 	if (!b->enabled || !sheaf_rd(b->nr_full))
 		return NULL;
 	struct sheaf_sheaf *full = NULL;
-	pthread_mutex_lock(&b->lock);
+	barn_lock(b);
 	if (!sheaf_list_empty(&b->full)) {
 		full = sheaf_list_first(&b->full, struct sheaf_sheaf, link);
 		sheaf_list_del(&full->link);
@@ -135,7 +143,7 @@ int sheaf_barn_replace_full(struct sheaf_barn *b, struct sheaf_sheaf *full, stru
 		return -ENOENT;
 	if (sheaf_rd(b->nr_full) >= b->max_full)
 		return -E2BIG;
-	pthread_mutex_lock(&b->lock);
+	barn_lock(b);
 	if (b->nr_full >= b->max_full) {
 		pthread_mutex_unlock(&b->lock);
 		return -E2BIG;
@@ -154,7 +162,7 @@ int sheaf_barn_replace_full(struct sheaf_barn *b, struct sheaf_sheaf *full, stru
 
 void sheaf_barn_take_all(struct sheaf_barn *b, struct sheaf_list *full, struct sheaf_list *empty)
 {
-	pthread_mutex_lock(&b->lock);
+	barn_lock(b);
 	sheaf_list_splice_init(&b->full, full);
 	sheaf_list_splice_init(&b->empty, empty);
 	sheaf_wr(b->nr_full, 0);
@@ -166,7 +174,7 @@ void sheaf_barn_trim(struct sheaf_barn *b, struct sheaf_list *full, struct sheaf
 {
 	if (!b->enabled)
 		return;
-	pthread_mutex_lock(&b->lock);
+	barn_lock(b);
 	unsigned keep_full = b->ewma_low / 16 + 1;
 	unsigned moved = 0;
 	while (b->nr_full > keep_full && moved < BARN_TRIM_MAX && !sheaf_list_empty(&b->full)) {
@@ -212,13 +220,62 @@ bool sheaf_barn_is_valid(struct sheaf_barn *b, const struct sheaf_cache *c)
 	return ok;
 }
 
-void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, uint64_t *objs)
+void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, uint64_t *objs, uint64_t *locks)
 {
 	pthread_mutex_lock(&b->lock);
 	struct sheaf_list *pos;
 	for (pos = b->full.next; pos != &b->full; pos = pos->next)
 		*objs += sheaf_container_of(pos, struct sheaf_sheaf, link)->size;
 	*full += b->nr_full;
+	*locks += b->nr_locks;
 	*empty += b->nr_empty;
 	pthread_mutex_unlock(&b->lock);
+}
+
+unsigned sheaf_barn_swap_fulls(struct sheaf_barn *b, struct sheaf_sheaf **full, unsigned nfull,
+			       struct sheaf_sheaf **empty_out, unsigned *put)
+{
+	*put = 0;
+	if (!b->enabled || sheaf_rd(b->nr_full) >= b->max_full)
+		return 0;
+	unsigned got = 0;
+	barn_lock(b);
+	while (*put < nfull && b->nr_full < b->max_full) {
+		sheaf_list_add(&full[*put]->link, &b->full);
+		sheaf_wr(b->nr_full, b->nr_full + 1);
+		note_op_locked(b);
+		(*put)++;
+	}
+	while (got < *put && !sheaf_list_empty(&b->empty)) {
+		empty_out[got] = sheaf_list_first(&b->empty, struct sheaf_sheaf, link);
+		sheaf_list_del(&empty_out[got]->link);
+		sheaf_wr(b->nr_empty, b->nr_empty - 1);
+		got++;
+	}
+	pthread_mutex_unlock(&b->lock);
+	return got;
+}
+
+unsigned sheaf_barn_swap_empties(struct sheaf_barn *b, struct sheaf_sheaf **empty, unsigned nempty,
+				 struct sheaf_sheaf **full_out, unsigned want)
+{
+	if (!b->enabled || !sheaf_rd(b->nr_full))
+		return 0;
+	unsigned got = 0;
+	barn_lock(b);
+	while (got < want && !sheaf_list_empty(&b->full)) {
+		full_out[got] = sheaf_list_first(&b->full, struct sheaf_sheaf, link);
+		sheaf_list_del(&full_out[got]->link);
+		sheaf_wr(b->nr_full, b->nr_full - 1);
+		got++;
+	}
+	if (got) {
+		note_op_locked(b);
+		for (unsigned i = 0; i < nempty; i++) {
+			sheaf_list_add(&empty[i]->link, &b->empty);
+			sheaf_wr(b->nr_empty, b->nr_empty + 1);
+		}
+	}
+	pthread_mutex_unlock(&b->lock);
+	return got;
 }

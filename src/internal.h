@@ -143,12 +143,20 @@ struct sheaf_sheaf *sheaf_barn_replace_empty(struct sheaf_barn *b, struct sheaf_
 /* Give a full sheaf, get an empty one (may be NULL: caller allocates); -E2BIG when the
  * barn is over its full limit (@full not taken). */
 int sheaf_barn_replace_full(struct sheaf_barn *b, struct sheaf_sheaf *full, struct sheaf_sheaf **empty);
+/* Two-sheaf exchanges (one lock for up to @n sheaves each way).  swap_fulls puts up to
+ * nfull full sheaves (within the limit; *put says how many) and returns the empties
+ * taken (at most *put).  swap_empties takes up to @want full sheaves and, if it got
+ * any, puts the nempty empties. */
+unsigned sheaf_barn_swap_fulls(struct sheaf_barn *b, struct sheaf_sheaf **full, unsigned nfull,
+			       struct sheaf_sheaf **empty_out, unsigned *put);
+unsigned sheaf_barn_swap_empties(struct sheaf_barn *b, struct sheaf_sheaf **empty, unsigned nempty,
+				 struct sheaf_sheaf **full_out, unsigned want);
 /* Take every sheaf out of the barn (shrink/destroy). */
 void sheaf_barn_take_all(struct sheaf_barn *b, struct sheaf_list *full, struct sheaf_list *empty);
 /* D6: sheaves beyond the working set, taken out for the caller to flush and free. */
 void sheaf_barn_trim(struct sheaf_barn *b, struct sheaf_list *full, struct sheaf_list *empty);
 bool sheaf_barn_is_valid(struct sheaf_barn *b, const struct sheaf_cache *c);
-void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, uint64_t *objs);
+void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, uint64_t *objs, uint64_t *locks);
 
 /* ---- "sheaf.c": sheaves and the per-CPU/per-thread slow paths (K§2.2, K§2.6) -------- */
 struct sheaf_sheaf *sheaf_sheaf_new(struct sheaf_cache *c, uint32_t capacity);

@@ -30,6 +30,8 @@ void sheaf_sheaf_free(struct sheaf_cache *c, struct sheaf_sheaf *s)
 	if (!s || s == &sheaf_sentinel_sheaf)
 		return;
 	sheaf_assert_internal(s->size == 0);
+	if (sheaf_unlikely(s->size))
+		sheaf_sheaf_flush(c, s, NULL); /* never lose objects, even on a bug */
 	sheaf_stat_atomic(c, SHEAF_STAT_SHEAF_FREE, 1);
 	sheaf_meta_free(s, SHEAF_SHEAF_HDR + (size_t)s->capacity * sizeof(void *));
 }
@@ -184,7 +186,27 @@ static bool replace_empty(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool ref
 				retire_empty(c, b, m);
 			}
 		} else {
-			full = sheaf_barn_replace_empty(b, m);
+			/* Take two full sheaves in one barn visit when the spare is empty too:
+			 * the next miss is then a swap, and a producer CPU pays one barn lock
+			 * per 2 x capacity objects (issue 3 point 3). */
+			struct sheaf_sheaf *give[2] = { m, NULL }, *got[2] = { NULL, NULL };
+			unsigned ng = 1;
+			if (pcs->spare && pcs->spare->size == 0 && pcs->spare->capacity == m->capacity)
+				give[ng++] = pcs->spare;
+			unsigned n = sheaf_barn_swap_empties(b, give, ng, got, 2);
+			if (n) {
+				full = got[0];
+				if (ng == 2)
+					pcs->spare = NULL;
+				if (n == 2) {
+					if (pcs->spare) {
+						/* spare was NULL-or-given; keep the second full one */
+						sheaf_barn_put_full(b, got[1]);
+					} else {
+						pcs->spare = got[1];
+					}
+				}
+			}
 		}
 		if (full) {
 			install_main(pcs, full);
@@ -246,11 +268,30 @@ bool sheaf_pcs_replace_full_main(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 		sheaf_stat_add(pcs, SHEAF_STAT_SHEAF_SWAP, 1);
 		return true;
 	}
-	/* 4. Both full: the full main goes to the barn for an empty one. */
+	/* 4. Both full: both go to the barn in one visit, two empty sheaves come back (the
+	 * consumer side of issue 3 point 3: one barn lock per 2 x capacity objects). */
 	struct sheaf_sheaf *e = NULL;
-	int r = b->enabled ? sheaf_barn_replace_full(b, m, &e) : -ENOENT;
+	int r = -ENOENT;
+	if (b->enabled) {
+		struct sheaf_sheaf *give[2] = { m, pcs->spare }, *got[2] = { NULL, NULL };
+		unsigned put = 0;
+		unsigned ne = sheaf_barn_swap_fulls(b, give, pcs->spare->capacity == m->capacity ? 2 : 1, got, &put);
+		r = put ? 0 : -E2BIG;
+		if (put) {
+			sheaf_stat_add(pcs, SHEAF_STAT_BARN_PUT, put);
+			e = ne ? got[0] : NULL;
+			if (put == 2) {
+				pcs->spare = ne == 2 ? got[1] : NULL;
+			} else if (ne == 2) {
+				sheaf_barn_put_empty(b, got[1]);
+			}
+			if (pcs->spare && pcs->spare->size == 0 && pcs->spare->capacity != cur_capacity(c)) {
+				sheaf_sheaf_free(c, pcs->spare);
+				pcs->spare = NULL;
+			}
+		}
+	}
 	if (r == 0) {
-		sheaf_stat_add(pcs, SHEAF_STAT_BARN_PUT, 1);
 		if (e && e->capacity != cur_capacity(c)) {
 			sheaf_sheaf_free(c, e);
 			e = NULL;
@@ -260,6 +301,11 @@ bool sheaf_pcs_replace_full_main(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 		if (e) {
 			install_main(pcs, e);
 			return true;
+		}
+		if (!pcs->spare) {
+			/* Both went to the barn and no memory for a sheaf: free to slabs. */
+			pcs->main = &sheaf_sentinel_sheaf;
+			return false;
 		}
 		/* No memory for a sheaf: flush the full spare and use it as main. */
 		struct sheaf_sheaf *sp = pcs->spare;

@@ -101,6 +101,7 @@ struct sheaf_barn {
 	uint32_t ewma_low;       /* EWMA (x16) of the lowest nr_full seen per interval */
 	uint32_t interval_low;   /* lowest nr_full in the current interval */
 	uint32_t interval_ops;   /* barn operations in the current interval */
+	uint32_t nr_locks;       /* lock acquisitions ever (gauge barn_locks); under lock */
 };
 
 /* ---- Cache node: per node per cache (K§1.2); its address is the pagemap key --------- */

@@ -164,6 +164,10 @@ static void test_capacity(void)
 		v[i] = sheaf_cache_alloc(o);
 	for (int i = 0; i < 100; i++)
 		sheaf_cache_free(o, v[i]);
+	sheaf_cache_shrink(o);
+	struct sheaf_stats st = { .size = sizeof(st) };
+	sheaf_stats_get(o, &st);
+	CHECK(st.objects_inuse == 0 && st.sheaf_capacity == 50); /* nothing lost across D2 */
 	CHECK(sheaf_cache_set_capacity(o, 0) == -EINVAL);
 	struct sheaf_cache *ns = mk("nosheaves", 256, 0, SHEAF_NO_SHEAVES);
 	CHECK(sheaf_cache_set_capacity(ns, 10) == -EINVAL);
