@@ -241,7 +241,9 @@ int bench_pool_open(struct bench_pool *p, const struct bench_alloc *a, size_t si
 		size_t stride = (size + 63) & ~(size_t)63;
 		char *block;
 
-		p->floor_n = max_live < 1024 ? 1024 : max_live;
+		/* More than the ring and a burst hold, so no object is handed
+		 * out twice while in flight (bench_alloc()). */
+		p->floor_n = max_live < 2 * BENCH_RING_SLOTS ? 2 * BENCH_RING_SLOTS : max_live;
 		block = aligned_alloc(64, p->floor_n * stride);
 		p->floor_objs = malloc(p->floor_n * sizeof(void *));
 		if (!block || !p->floor_objs) {

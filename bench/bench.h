@@ -28,6 +28,7 @@
 #ifndef SHEAF_BENCH_H
 #define SHEAF_BENCH_H
 
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -57,6 +58,17 @@ static inline void bench_relax(void)
 #else
 	atomic_signal_fence(memory_order_seq_cst);
 #endif
+}
+
+/* Wait politely: pause, and every 1024 spins give the CPU away.  Other
+ * processes may share the machine; a pinned spinner would otherwise hold its
+ * CPU while the thread it waits for is not running. */
+static inline void bench_spin(unsigned *spins)
+{
+	if (++*spins & 1023)
+		bench_relax();
+	else
+		sched_yield();
 }
 
 /* The two CPUs the workloads use: the producer's and the consumer's. */
@@ -227,6 +239,10 @@ struct bench_ctx {
 	const char *self_exe;
 	FILE *profile;        /* Sheaf statistics per phase, or NULL */
 	uint64_t t_start;
+	char load_start[64], load_end[64]; /* /proc/loadavg */
+	/* CPU time over the run, clock ticks: the machine's busy, idle and
+	 * steal time, and this process's own (with its children's). */
+	unsigned long long cpu_busy, cpu_total, cpu_steal, cpu_self;
 
 	struct bench_result *res;
 	int nres, capres;
@@ -297,15 +313,35 @@ int bench_hwm_reset(void);
  * threads, @ops malloc+free pairs each with random sizes, a quarter of the
  * frees done by the other thread.  @wide: sizes up to 64 KiB instead of 1 KiB.
  * Returns ns per pair per thread, <0 on failure. */
-double bench_mix_window(struct bench_pool *p, uint64_t ops, bool wide, uint64_t seed);
+double bench_mix_window(struct bench_pool *p, uint64_t ops, bool wide, uint64_t seed,
+			uint64_t max_ns);
 
 /* The producer/consumer hand-off (wl_xcpu.c), also run by the memory
  * workload: @n objects (a multiple of @burst <= 64) allocated on
- * bench_cpu[0], freed on bench_cpu[1].  ns per object, <0 on failure. */
+ * bench_cpu[0], freed on bench_cpu[1].  ns per object, <0 on failure.
+ * @max_ns (0: none) cuts a window short when the machine stalls it (other
+ * processes, vCPU moves): the figure is then over the objects handed off so
+ * far, and such a window lands in the upper tail anyway.  bench_mix_window()
+ * takes the same cap. */
 double bench_xcpu_window(struct bench_pool *p, struct bench_ring *ring, uint64_t n,
-			 unsigned burst);
+			 unsigned burst, uint64_t max_ns);
 
 /* ---- registry ------------------------------------------------------------------ */
+
+/*
+ * Orders in use: 10 fastpath (wl_fastpath.c), 20 xcpu (wl_xcpu.c), 40 memory
+ * (wl_memory.c), 50 mix (wl_mix.c).
+ *
+ * HOOK, workload 3 (DESIGN §9.3, seed 000): order 30 is kept for "rcu", many
+ * caches with free_rcu traffic and the latency of sheaf_cache_destroy (the
+ * per-cache barrier, DESIGN D5) against sheaf_rcu_barrier() (the global one)
+ * while other caches keep free_rcu going.  It belongs in bench/wl_rcu.c,
+ * written with the RCU code (sheaf_cache_free_rcu); it needs nothing from
+ * the files here beyond this header: bench_record() with unit "us" and
+ * BH_MEDIAN, bench_target() for "per-cache destroy faster than the global
+ * barrier", and, if it compares SHEAF_KERNEL_COMPAT (global barrier on
+ * destroy), the "sheaf-k7" contender's cache flags.
+ */
 
 struct bench_workload {
 	const char *name;    /* --only=<name> */

@@ -67,6 +67,9 @@ static void pick_cpus(void)
 	cpu_set_t set;
 	int found = 0;
 
+	/* A child inherits the parent's main-thread mask (one CPU, set by us or
+	 * by DPDK's EAL): widen it first; the kernel keeps it inside the cpuset. */
+	bench_pin_self(-1);
 	if (sched_getaffinity(0, sizeof(set), &set))
 		return;
 	for (int c = 0; c < CPU_SETSIZE && found < 2; c++)
@@ -167,6 +170,53 @@ static void run_plots(struct bench_ctx *ctx)
 			   script, rc);
 }
 
+static void loadavg(char *buf, size_t len)
+{
+	FILE *f = fopen("/proc/loadavg", "r");
+
+	snprintf(buf, len, "?");
+	if (f) {
+		if (fgets(buf, (int)len, f))
+			buf[strcspn(buf, "\n")] = 0;
+		fclose(f);
+	}
+}
+
+/* Busy, total and steal ticks of the machine, and this process's own ticks
+ * including reaped children: the difference is other processes' load. */
+static void cpu_ticks(unsigned long long *busy, unsigned long long *total,
+		      unsigned long long *steal, unsigned long long *self)
+{
+	unsigned long long v[10] = { 0 };
+	FILE *f = fopen("/proc/stat", "r");
+	char buf[1024];
+
+	*busy = *total = *steal = *self = 0;
+	if (f) {
+		if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+			   &v[3], &v[4], &v[5], &v[6], &v[7]) == 8) {
+			for (int i = 0; i < 8; i++)
+				*total += v[i];
+			*busy = *total - v[3] - v[4] - v[7];
+			*steal = v[7];
+		}
+		fclose(f);
+	}
+	f = fopen("/proc/self/stat", "r");
+	if (f) {
+		if (fgets(buf, sizeof(buf), f)) {
+			/* Fields after the command name, which may hold spaces. */
+			char *p = strrchr(buf, ')');
+			unsigned long long ut, st, cut, cst;
+
+			if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+					       "%llu %llu %llu %llu", &ut, &st, &cut, &cst) == 4)
+				*self = ut + st + cut + cst;
+		}
+		fclose(f);
+	}
+}
+
 static void list(void)
 {
 	printf("workloads:\n");
@@ -258,6 +308,8 @@ int main(int argc, char **argv)
 	for (int i = 0; i < bench_nallocs; i++)
 		fprintf(stderr, "  %-13s %s\n", bench_allocs[i].name,
 			bench_allocs[i].available ? bench_allocs[i].how : "(absent)");
+	loadavg(ctx.load_start, sizeof(ctx.load_start));
+	cpu_ticks(&ctx.cpu_busy, &ctx.cpu_total, &ctx.cpu_steal, &ctx.cpu_self);
 	snprintf(path, sizeof(path), "%s/sheaf-stats.txt", ctx.out);
 	ctx.profile = fopen(path, "w");
 
@@ -272,6 +324,16 @@ int main(int argc, char **argv)
 	}
 	if (ctx.profile)
 		fclose(ctx.profile);
+	loadavg(ctx.load_end, sizeof(ctx.load_end));
+	{
+		unsigned long long b, t, s, me;
+
+		cpu_ticks(&b, &t, &s, &me);
+		ctx.cpu_busy = b - ctx.cpu_busy;
+		ctx.cpu_total = t - ctx.cpu_total;
+		ctx.cpu_steal = s - ctx.cpu_steal;
+		ctx.cpu_self = me - ctx.cpu_self;
+	}
 
 	snprintf(path, sizeof(path), "%s/results.csv", ctx.out);
 	bench_write_csv(&ctx, path);

@@ -137,6 +137,11 @@ void bench_write_machine(const struct bench_ctx *ctx, const char *path)
 	fprintf(f, "thp defrag: %s\n", m.defrag);
 	fprintf(f, "sheaf: %s (git %s), build %s, per-CPU mode %s\n", SHEAF_BENCH_VERSION, m.git,
 		SHEAF_BENCH_BUILD, bench_sheaf_mode());
+	fprintf(f, "load average (/proc/loadavg) at start: %s; at end: %s\n", ctx->load_start,
+		ctx->load_end);
+	fprintf(f, "cpu ticks during the run: machine busy %llu of %llu (steal %llu), "
+		   "this run's own %llu\n", ctx->cpu_busy, ctx->cpu_total, ctx->cpu_steal,
+		ctx->cpu_self);
 	fprintf(f, "run: %s, window %.0f ms, %d windows per contender (same CPU), %d (cross-CPU)\n",
 		ctx->quick ? "--quick" : "full", ctx->window_ms, ctx->reps, ctx->reps_xcpu);
 	fprintf(f, "packages (dpkg-query):\n");
@@ -327,6 +332,15 @@ static void plots_of(FILE *f, const struct bench_ctx *ctx, const char *wl)
 	}
 }
 
+static double other_pct(const struct bench_ctx *ctx)
+{
+	double other = (double)ctx->cpu_busy - (double)ctx->cpu_self;
+
+	if (!ctx->cpu_total)
+		return NAN;
+	return other < 0 ? 0 : 100.0 * other / (double)ctx->cpu_total;
+}
+
 void bench_write_report(const struct bench_ctx *ctx, const char *path, double elapsed_s)
 {
 	FILE *f = fopen(path, "w");
@@ -347,10 +361,16 @@ void bench_write_report(const struct bench_ctx *ctx, const char *path, double el
 	fprintf(f, "- Run: %s, %.0f s; windows of %.0f ms, %d per contender on one CPU, %d "
 		   "across CPUs. Versions of the peers: [machine.txt](machine.txt). Raw figures: "
 		   "[results.csv](results.csv). Sheaf's own counters per phase: "
-		   "[sheaf-stats.txt](sheaf-stats.txt).\n\n",
+		   "[sheaf-stats.txt](sheaf-stats.txt).\n",
 		ctx->quick ? "`--quick` (smoke run: few windows, figures are rough)" : "full suite",
 		elapsed_s, ctx->window_ms, ctx->reps, ctx->reps_xcpu);
 
+	fprintf(f, "- Other processes' CPU use during the run: %.0f%% of the machine (steal "
+		   "%.0f%%); load average at start `%s`. Anything above a few per cent means "
+		   "other work shared the two CPUs and disturbed the figures.\n\n",
+		other_pct(ctx), ctx->cpu_total ? 100.0 * (double)ctx->cpu_steal /
+						   (double)ctx->cpu_total : 0.0,
+		ctx->load_start);
 	fprintf(f, "## Method\n\n"
 		   "Each contender does a fixed amount of work per window, calibrated once so a "
 		   "window lasts about %.0f ms; the windows of all contenders of one row "

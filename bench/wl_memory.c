@@ -14,7 +14,7 @@
  *
  * Workloads: hold1M/64 (1M objects of 64 B live at once, then freed),
  * batch10k/256 (10,000 objects of 256 B allocated and freed, 100 times),
- * xcpu-burst64/256 (2M objects through the cross-CPU hand-off of wl_xcpu.c)
+ * xcpu-burst64/256 (500,000 objects through the cross-CPU hand-off of wl_xcpu.c)
  * and mix-wide (the malloc mix of wl_mix.c, malloc contenders only).
  * DPDK's mempool is left out: its memory is a fixed pool sized at creation.
  */
@@ -35,8 +35,8 @@ struct mem_variant {
 static const struct mem_variant mem_variants[] = {
 	{ "hold1M/64", 64, BENCH_API_MALLOC | BENCH_API_CACHE, 1000000, 100000 },
 	{ "batch10k/256", 256, BENCH_API_MALLOC | BENCH_API_CACHE, 100, 10 },
-	{ "xcpu-burst64/256", 256, BENCH_API_MALLOC | BENCH_API_CACHE, 2000000, 200000 },
-	{ "mix-wide", 0, BENCH_API_MALLOC, 1000000, 100000 },
+	{ "xcpu-burst64/256", 256, BENCH_API_MALLOC | BENCH_API_CACHE, 500000, 100000 },
+	{ "mix-wide", 0, BENCH_API_MALLOC, 300000, 50000 },
 };
 #define MEM_NVARIANTS (sizeof(mem_variants) / sizeof(mem_variants[0]))
 
@@ -112,12 +112,12 @@ static int mem_work(struct bench_ctx *ctx, const struct mem_variant *mv, struct 
 
 		if (!ring)
 			return -1;
-		ns = bench_xcpu_window(p, ring, count / 64 * 64, 64);
+		ns = bench_xcpu_window(p, ring, count / 64 * 64, 64, 0);
 		free(ring);
 		if (ns < 0)
 			return -1;
 	} else if (!strcmp(mv->name, "mix-wide")) {
-		if (bench_mix_window(p, count, true, 7) < 0)
+		if (bench_mix_window(p, count, true, 7, 0) < 0)
 			return -1;
 	}
 	(void)ctx;
@@ -194,7 +194,7 @@ static const struct bench_workload wl_memory = {
 		 "second after the last free (0.2 s with --quick). No trim, purge or shrink "
 		 "call is made for anyone; Sheaf's caches stay alive. hold1M/64: 1M objects "
 		 "of 64 B live at once; batch10k/256: 10,000 x 256 B allocated and freed 100 "
-		 "times; xcpu-burst64/256: 2M objects through the cross-CPU hand-off; "
+		 "times; xcpu-burst64/256: 500,000 objects through the cross-CPU hand-off; "
 		 "mix-wide: the malloc mix (malloc contenders only). DPDK's mempool is left "
 		 "out (a fixed pool sized at creation). Unit: KiB.",
 	.run = mem_run,

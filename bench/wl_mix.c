@@ -22,7 +22,7 @@
 struct mix_side {
 	struct bench_pool *p;
 	struct bench_ring *out, *in;
-	uint64_t ops, rng;
+	uint64_t ops, rng, done, deadline;
 	bool wide;
 	_Atomic int *done_flags; /* [2] */
 	int me;
@@ -72,20 +72,25 @@ static void mix_thread(void *x)
 	struct mix_side *s = x;
 	struct bench_ring *out = s->out;
 	size_t out_head = 0, out_tail_seen = 0;
+	unsigned spins = 0;
+	uint64_t i;
 
 	memset(s->slot, 0, sizeof(s->slot));
 	atomic_fetch_add(s->go, 1);
 	while (atomic_load(s->go) < 2)
-		bench_relax();
+		bench_spin(&spins);
 	s->t0 = bench_now_ns();
-	for (uint64_t i = 0; i < s->ops; i++) {
+	for (i = 0; i < s->ops; i++) {
 		uint64_t r = mix_rand(&s->rng);
 		unsigned k = (unsigned)(r % MIX_SLOTS);
 		size_t sz = mix_size(r >> 12, s->wide);
 		char *o;
 
-		if ((i & 31) == 0)
+		if ((i & 31) == 0) {
 			mix_drain(s);
+			if ((i & 1023) == 0 && i && s->deadline && bench_now_ns() > s->deadline)
+				break;
+		}
 		if (s->slot[k]) {
 			/* One in four goes to the other thread, if its ring has room. */
 			if (((r >> 40) & 3) == 0) {
@@ -114,6 +119,7 @@ static void mix_thread(void *x)
 		s->slot[k] = o;
 	}
 	s->t1 = bench_now_ns();
+	s->done = i;
 	/* Untimed cleanup: free the table, then keep draining until the other
 	 * side has finished sending. */
 	for (unsigned k = 0; k < MIX_SLOTS; k++)
@@ -122,7 +128,7 @@ static void mix_thread(void *x)
 	atomic_store(&s->done_flags[s->me], 1);
 	while (!atomic_load(&s->done_flags[!s->me])) {
 		if (!mix_drain(s))
-			bench_relax();
+			bench_spin(&spins);
 	}
 	mix_drain(s);
 }
@@ -141,7 +147,8 @@ static void mix_b(void *x)
 	mix_thread(((struct mix_pair *)x)->side[1]);
 }
 
-double bench_mix_window(struct bench_pool *p, uint64_t ops, bool wide, uint64_t seed)
+double bench_mix_window(struct bench_pool *p, uint64_t ops, bool wide, uint64_t seed,
+			uint64_t max_ns)
 {
 	struct bench_ring *ring[2];
 	struct mix_side *side[2];
@@ -167,6 +174,7 @@ double bench_mix_window(struct bench_pool *p, uint64_t ops, bool wide, uint64_t 
 		side[i]->done_flags = done;
 		side[i]->me = i;
 		side[i]->go = &go;
+		side[i]->deadline = max_ns ? bench_now_ns() + max_ns : 0;
 		pair.side[i] = side[i];
 	}
 	rc = bench_run_pair(p, mix_a, mix_b, &pair);
@@ -174,7 +182,9 @@ double bench_mix_window(struct bench_pool *p, uint64_t ops, bool wide, uint64_t 
 		uint64_t t0 = side[0]->t0 < side[1]->t0 ? side[0]->t0 : side[1]->t0;
 		uint64_t t1 = side[0]->t1 > side[1]->t1 ? side[0]->t1 : side[1]->t1;
 
-		ns = (double)(t1 - t0) / (double)ops;
+		uint64_t did = (side[0]->done + side[1]->done) / 2;
+
+		ns = did ? (double)(t1 - t0) / (double)did : -1;
 	}
 out:
 	free(ring[0]);
@@ -186,14 +196,14 @@ out:
 
 struct mix_state {
 	bool wide;
-	uint64_t seed;
+	uint64_t seed, max_ns;
 };
 
 static double mix_window(void *state, struct bench_pool *p, uint64_t n)
 {
 	struct mix_state *s = state;
 
-	return bench_mix_window(p, n, s->wide, s->seed++);
+	return bench_mix_window(p, n, s->wide, s->seed++, s->max_ns);
 }
 
 static void mix_run(struct bench_ctx *ctx)
@@ -201,7 +211,7 @@ static void mix_run(struct bench_ctx *ctx)
 	static const char *const names[] = { "small", "wide" };
 
 	for (int w = 0; w < 2; w++) {
-		struct mix_state s = { w == 1, 42 };
+		struct mix_state s = { w == 1, 42, (uint64_t)(ctx->window_ms * 1e7) };
 		struct bench_phase ph = {
 			.workload = "mix", .variant = names[w], .topo = "real", .unit = "ns/pair",
 			.head = BH_MEDIAN, .apis = BENCH_API_MALLOC, .size = 0, .max_live = 0,

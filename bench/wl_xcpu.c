@@ -33,7 +33,8 @@ struct xcpu_run {
 	struct bench_pool *p;
 	struct bench_ring *ring;
 	unsigned burst;
-	uint64_t n;
+	uint64_t n, deadline;
+	_Atomic uint64_t limit; /* objects the consumer waits for: n, or fewer if cut short */
 	_Atomic int cons_ready;
 	_Atomic int failed;
 	uint64_t t0, t1;
@@ -47,12 +48,17 @@ static void xcpu_producer(void *x)
 	struct bench_pool *p = r->p;
 	unsigned b = r->burst;
 	size_t head = 0, tail_seen = 0;
+	unsigned spins = 0;
 	void *batch[64];
 
 	while (!atomic_load_explicit(&r->cons_ready, memory_order_acquire))
-		bench_relax();
+		bench_spin(&spins);
 	r->t0 = bench_now_ns();
 	for (uint64_t done = 0; done < r->n; done += b) {
+		if (r->deadline && (done & 63) == 0 && done && bench_now_ns() > r->deadline) {
+			atomic_store_explicit(&r->limit, done, memory_order_release);
+			return;
+		}
 		for (unsigned j = 0; j < b; j++) {
 			void *o = bench_alloc(p);
 
@@ -67,7 +73,7 @@ static void xcpu_producer(void *x)
 		while (head + b - tail_seen > BENCH_RING_SLOTS) {
 			tail_seen = atomic_load_explicit(&ring->tail, memory_order_acquire);
 			if (head + b - tail_seen > BENCH_RING_SLOTS)
-				bench_relax();
+				bench_spin(&spins);
 		}
 		for (unsigned j = 0; j < b; j++)
 			ring->slot[(head + j) % BENCH_RING_SLOTS] = batch[j];
@@ -83,15 +89,16 @@ static void xcpu_consumer(void *x)
 	struct bench_pool *p = r->p;
 	size_t tail = 0;
 	uint64_t sum = 0;
+	unsigned spins = 0;
 
 	atomic_store_explicit(&r->cons_ready, 1, memory_order_release);
-	while (tail < r->n) {
+	while (tail < atomic_load_explicit(&r->limit, memory_order_acquire)) {
 		size_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
 
 		if (head == tail) {
 			if (atomic_load_explicit(&r->failed, memory_order_acquire))
 				break;
-			bench_relax();
+			bench_spin(&spins);
 			continue;
 		}
 		for (; tail < head; tail++) {
@@ -109,10 +116,11 @@ static void xcpu_consumer(void *x)
 struct xcpu_state {
 	unsigned burst;
 	struct bench_ring *ring;
+	uint64_t max_ns;
 };
 
 double bench_xcpu_window(struct bench_pool *p, struct bench_ring *ring, uint64_t n,
-			 unsigned burst)
+			 unsigned burst, uint64_t max_ns)
 {
 	struct xcpu_run r;
 
@@ -122,16 +130,19 @@ double bench_xcpu_window(struct bench_pool *p, struct bench_ring *ring, uint64_t
 	r.ring = ring;
 	r.burst = burst;
 	r.n = n;
-	if (bench_run_pair(p, xcpu_producer, xcpu_consumer, &r) || r.failed)
+	r.limit = n;
+	/* The deadline counts from now: thread start-up is inside the cap. */
+	r.deadline = max_ns ? bench_now_ns() + max_ns : 0;
+	if (bench_run_pair(p, xcpu_producer, xcpu_consumer, &r) || r.failed || !r.limit)
 		return -1;
-	return (double)(r.t1 - r.t0) / (double)n;
+	return (double)(r.t1 - r.t0) / (double)r.limit;
 }
 
 static double xcpu_window(void *state, struct bench_pool *p, uint64_t n)
 {
 	struct xcpu_state *s = state;
 
-	return bench_xcpu_window(p, s->ring, n, s->burst);
+	return bench_xcpu_window(p, s->ring, n, s->burst, s->max_ns);
 }
 
 static const unsigned xcpu_bursts[] = { 1, 64 };
@@ -148,12 +159,14 @@ static void xcpu_phases(struct bench_ctx *ctx, const char *topo, const char *con
 	for (int z = 0; z < nsizes; z++) {
 		for (int b = 0; b < 2; b++) {
 			char variant[40];
-			struct xcpu_state s = { xcpu_bursts[b], ring };
+			/* Cap a window at 10x its target length (bench.h). */
+			struct xcpu_state s = { xcpu_bursts[b], ring,
+						(uint64_t)(ctx->window_ms * 1e7) };
 			struct bench_phase ph = {
 				.workload = "xcpu", .variant = variant, .topo = topo,
 				.unit = "ns/obj", .head = BH_P10,
 				.apis = BENCH_API_MALLOC | BENCH_API_CACHE, .with_floor = true,
-				.size = xcpu_sizes[z], .max_live = 4096, .granule = 64,
+				.size = xcpu_sizes[z], .max_live = 2 * BENCH_RING_SLOTS, .granule = 64,
 				.reps = ctx->reps_xcpu, .fn = xcpu_window, .state = &s,
 				.only_allocs = only,
 			};
