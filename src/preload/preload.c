@@ -353,7 +353,7 @@ static void __attribute__((constructor)) preload_start(void)
 	}
 	/* Create the first class now, while the process is most likely still
 	 * single-threaded, so the core's start-up is out of the way. */
-	free(malloc(1));
+	sheaf_free(sheaf_malloc(1)); /* (malloc/free would be elided as builtins) */
 }
 
 static void __attribute__((destructor)) preload_exit(void)
