@@ -82,8 +82,10 @@ static void test_bulk(void)
 	sheaf_cache_shrink(c);
 	sheaf_os_inject_heap_failure(0);
 	errno = 0;
-	size_t got = sheaf_cache_alloc_bulk(c, 100000, v[0] ? (void **)calloc(100000, sizeof(void *)) : NULL);
+	void **big = calloc(100000, sizeof(void *));
+	size_t got = sheaf_cache_alloc_bulk(c, 100000, big);
 	CHECK(got == 0 && errno == ENOMEM);
+	free(big);
 	errno = 0;
 	void *one = sheaf_cache_alloc(c);
 	CHECK(one == NULL && errno == ENOMEM);
