@@ -61,6 +61,8 @@ static inline void note_op_locked(struct sheaf_barn *b)
 		b->ewma_low = (b->ewma_low * 3 + sample) / 4;
 		b->interval_ops = 0;
 		b->interval_low = b->nr_full;
+		if (b->nr_full > b->ewma_low / 16 + 1 || b->nr_empty > b->ewma_low / 16 + 2)
+			sheaf_wr(b->trim_due, 1);
 	}
 }
 
@@ -175,6 +177,7 @@ void sheaf_barn_trim(struct sheaf_barn *b, struct sheaf_list *full, struct sheaf
 	if (!b->enabled)
 		return;
 	barn_lock(b);
+	sheaf_wr(b->trim_due, 0);
 	unsigned keep_full = b->ewma_low / 16 + 1;
 	unsigned moved = 0;
 	while (b->nr_full > keep_full && moved < BARN_TRIM_MAX && !sheaf_list_empty(&b->full)) {

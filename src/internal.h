@@ -167,6 +167,7 @@ void sheaf_sheaf_flush(struct sheaf_cache *c, struct sheaf_sheaf *s, uint64_t *s
 unsigned sheaf_sheaf_refill(struct sheaf_cache *c, struct sheaf_node *n, struct sheaf_sheaf *s,
 			    uint64_t *stat);
 bool sheaf_sheaf_is_valid(const struct sheaf_cache *c, const struct sheaf_sheaf *s);
+void sheaf_barn_maybe_trim(struct sheaf_cache *c, struct sheaf_barn *b, struct sheaf_pcs *pcs);
 /* Slow paths, called with the pcs locked (design §6) and pcs->main valid. */
 bool sheaf_pcs_replace_empty_main(struct sheaf_cache *c, struct sheaf_pcs *pcs);
 bool sheaf_pcs_swap_or_barn(struct sheaf_cache *c, struct sheaf_pcs *pcs); /* no refill */
@@ -197,6 +198,12 @@ void sheaf_pcs_teardown_cache(struct sheaf_cache *c); /* at destroy, after drain
 void sheaf_percpu_fork_prepare(void);
 void sheaf_percpu_fork_parent(void);
 void sheaf_percpu_fork_child(void);
+/* Why the active mode was chosen ("forced by SHEAF_PERCPU=thread", "glibc rseq ..."). */
+const char *sheaf_percpu_mode_reason(void);
+/* Install (or with NULL remove) sheaf_free_check_hook.  Use this, not a plain store:
+ * in per-CPU mode it also closes the free fast path, which has no hook test of its
+ * own (rseq.h), so that every free reaches the hook. */
+void sheaf_free_check_hook_set(void (*fn)(const void *obj, size_t size));
 
 /* ---- "cache.c" ---------------------------------------------------------------------- */
 int sheaf_init(void);  /* idempotent; 0 or -errno */

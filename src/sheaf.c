@@ -150,6 +150,37 @@ static struct sheaf_sheaf *get_empty(struct sheaf_cache *c, struct sheaf_barn *b
 	return sheaf_sheaf_new(c, cap);
 }
 
+/* D6: after an interval of barn use, give back what the working set did not need --
+ * at most a few sheaves, from the slow path that noticed, never in a burst. */
+void sheaf_barn_maybe_trim(struct sheaf_cache *c, struct sheaf_barn *b, struct sheaf_pcs *pcs)
+{
+	if (sheaf_likely(!sheaf_rd(b->trim_due)) || c->kernel_compat ||
+	    !sheaf_option_long(SHEAF_OPT_BARN_EWMA))
+		return;
+	struct sheaf_list full, empty, *pos, *tmp;
+	sheaf_list_init(&full);
+	sheaf_list_init(&empty);
+	sheaf_barn_trim(b, &full, &empty);
+	uint64_t n = 0;
+	sheaf_list_for_each_safe(pos, tmp, &full)
+	{
+		struct sheaf_sheaf *s = sheaf_container_of(pos, struct sheaf_sheaf, link);
+		sheaf_list_del(&s->link);
+		sheaf_sheaf_flush(c, s, pcs ? pcs->stat : NULL);
+		sheaf_sheaf_free(c, s);
+		n++;
+	}
+	sheaf_list_for_each_safe(pos, tmp, &empty)
+	{
+		struct sheaf_sheaf *s = sheaf_container_of(pos, struct sheaf_sheaf, link);
+		sheaf_list_del(&s->link);
+		sheaf_sheaf_free(c, s);
+		n++;
+	}
+	if (n)
+		sheaf_stat(c, pcs, SHEAF_STAT_BARN_TRIM, n);
+}
+
 /* ---- Main empty (K§2.2) ------------------------------------------------------------- */
 
 static bool replace_empty(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool refill);
@@ -211,6 +242,7 @@ static bool replace_empty(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool ref
 		if (full) {
 			install_main(pcs, full);
 			sheaf_stat_add(pcs, SHEAF_STAT_BARN_GET, 1);
+			sheaf_barn_maybe_trim(c, b, pcs);
 			return true;
 		}
 		sheaf_stat_add(pcs, SHEAF_STAT_BARN_GET_FAIL, 1);
@@ -298,6 +330,7 @@ bool sheaf_pcs_replace_full_main(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 		}
 		if (!e)
 			e = sheaf_sheaf_new(c, cur_capacity(c));
+		sheaf_barn_maybe_trim(c, b, pcs);
 		if (e) {
 			install_main(pcs, e);
 			return true;

@@ -152,22 +152,29 @@ static inline bool sheaf_track_cache(const struct sheaf_cache *c)
 
 static inline void sheaf_track_obj_alloc(const struct sheaf_cache *c, void *p)
 {
-	if (!sheaf_track_cache(c) || !p)
+	if (!SHEAF_TRACK_ENABLED || !c || !p || !sheaf_track_cache(c))
 		return;
 	if (sheaf_track_asan_ok(c))
 		sheaf_track_asan_unpoison(p, c->object_size);
 	sheaf_track_vg_malloc(p, c->object_size, c->ctor != NULL);
 }
 
-static inline void sheaf_track_obj_free(const struct sheaf_cache *c, void *p)
+/* Returns true (ASan builds only) when the object is already poisoned, that
+ * is free: the caller reports a double free and drops the call.  memcheck
+ * reports a second FREELIKE_BLOCK by itself ("Invalid free()"). */
+static inline bool sheaf_track_obj_free(const struct sheaf_cache *c, void *p)
 {
-	if (!sheaf_track_cache(c) || !p)
-		return;
+	if (!SHEAF_TRACK_ENABLED || !c || !p || !sheaf_track_cache(c))
+		return false;
+	/* Debug caches check their state word instead, with a fuller report. */
+	if (sheaf_track_asan_ok(c) && !c->debug_flags && sheaf_track_asan_is_poisoned(p))
+		return true;
 	sheaf_track_vg_free(p);
 	/* The whole rest of the slot: padding after the object stays poisoned
 	 * while it is allocated too, so small overflows are caught. */
 	if (sheaf_track_asan_ok(c))
 		sheaf_track_asan_poison(p, c->slot_size - c->obj_offset);
+	return false;
 }
 
 static inline void sheaf_track_slab_open(const struct sheaf_cache *c, void *mem, size_t bytes)

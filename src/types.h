@@ -102,6 +102,7 @@ struct sheaf_barn {
 	uint32_t interval_low;   /* lowest nr_full in the current interval */
 	uint32_t interval_ops;   /* barn operations in the current interval */
 	uint32_t nr_locks;       /* lock acquisitions ever (gauge barn_locks); under lock */
+	uint32_t trim_due;       /* an interval ended: the next slow path trims (racy read) */
 };
 
 /* ---- Cache node: per node per cache (K§1.2); its address is the pagemap key --------- */
