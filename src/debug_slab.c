@@ -172,8 +172,15 @@ static void set_track(struct track *t, const void *caller)
 		n = backtrace(bt, BT_DEPTH + 3);
 		in_backtrace = 0;
 	}
-	/* Skip this function, the hook and the core's slab path. */
-	for (int i = 3, j = 0; i < n && j < BT_DEPTH; i++, j++)
+	/* Keep the frames beyond the program's call site (printed on its own);
+	 * if inlining hid it, skip this function and the hook. */
+	int from = 2;
+	for (int i = 0; i < n; i++)
+		if (bt[i] == caller) {
+			from = i + 1;
+			break;
+		}
+	for (int i = from, j = 0; i < n && j < BT_DEPTH; i++, j++)
 		t->bt[j] = bt[i];
 	t->when_ns = sheaf_os_now_ns();
 	t->tid = (int32_t)syscall(SYS_gettid);
@@ -319,7 +326,9 @@ static int report(const struct sheaf_cache *c, char *slot, const char *what, lon
 		else
 			rb_add(&r, "sheaf:   first bad byte at offset %ld: 0x%02x\n", bad_off, *b);
 		long from = SHEAF_MAX(bad_off - 8, -(long)c->obj_offset);
-		rb_bytes(&r, "bytes from the first bad one - 8", (const unsigned char *)obj + from,
+		char label[64];
+		snprintf(label, sizeof(label), "bytes from offset %ld", from);
+		rb_bytes(&r, label, (const unsigned char *)obj + from,
 			 SHEAF_MIN((size_t)16, (size_t)((long)c->debug_offset - c->obj_offset - from)));
 	}
 	rb_add(&r, "sheaf:   operation called from ");

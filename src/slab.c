@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "track.h"
 
 #define FC_LOAD(s) atomic_load_explicit(&(s)->sl_fc, memory_order_acquire)
 
@@ -43,13 +44,17 @@ static inline uint32_t fp_key(const struct sheaf_cache *c, const char *slot)
 static inline uint32_t fp_get(const struct sheaf_cache *c, const char *slot)
 {
 	uint16_t v;
+	sheaf_track_fp_open(c, slot); /* free slots are poisoned (track.h) */
 	memcpy(&v, slot + c->freeptr_offset, sizeof(v));
+	sheaf_track_fp_close(c, slot);
 	return (uint32_t)v ^ fp_key(c, slot);
 }
 static inline void fp_set(const struct sheaf_cache *c, char *slot, uint32_t next)
 {
 	uint16_t v = (uint16_t)((next ^ fp_key(c, slot)) & 0xffffu);
+	sheaf_track_fp_open(c, slot);
 	memcpy(slot + c->freeptr_offset, &v, sizeof(v));
+	sheaf_track_fp_close(c, slot);
 }
 static inline size_t desc_index(const struct sheaf_slab *s) { return (size_t)(s - sheaf_heap.desc); }
 
@@ -77,6 +82,7 @@ static struct sheaf_slab *slab_new(struct sheaf_cache *c, struct sheaf_node *n, 
 		sheaf_heap.desc[pg + i].pg_kind = SHEAF_PG_TAIL;
 		sheaf_heap.desc[pg + i].pg_head_delta = i;
 	}
+	sheaf_track_slab_open(c, mem, SHEAF_PAGE_SIZE << c->order);
 	if (c->debug_flags)
 		sheaf_debug_slab_init(c, mem, nobj);
 	for (uint32_t i = 0; i < nobj; i++) {
@@ -88,6 +94,8 @@ static struct sheaf_slab *slab_new(struct sheaf_cache *c, struct sheaf_node *n, 
 		objs[i] = obj_at(c, s, i);
 	atomic_store_explicit(&s->sl_fc, SHEAF_FC_MAKE(take < nobj ? take : SHEAF_FL_END, take, nobj, 0),
 			      memory_order_relaxed);
+	/* Every slot is free from the program's view until handed out (track.h). */
+	sheaf_track_slab_close(c, mem, SHEAF_PAGE_SIZE << c->order);
 	/* Publish: the descriptor is complete before any pointer into the slab resolves. */
 	for (uint32_t i = 0; i < npages; i++)
 		__atomic_store_n(&sheaf_heap.pagemap[pg + i], (uintptr_t)n, __ATOMIC_RELEASE);
@@ -113,6 +121,7 @@ static void slab_discard(struct sheaf_cache *c, struct sheaf_slab *s)
 	atomic_fetch_sub_explicit(&n->nr_slabs, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&c->bytes_returned, SHEAF_PAGE_SIZE << order, memory_order_relaxed);
 	sheaf_stat_atomic(c, SHEAF_STAT_FREE_SLAB, 1);
+	sheaf_track_slab_gone(c, mem, SHEAF_PAGE_SIZE << order);
 	if (c->flags & SHEAF_TYPESAFE_BY_RCU)
 		sheaf_rcu_defer_pages(c, mem, order, n->nid); /* readers may still look */
 	else
