@@ -69,7 +69,7 @@ static int do_child(struct bench_ctx *ctx, const char *arg)
 	enum sheaf_debug_pool_mode m;
 	struct do_thread *t;
 	struct sheaf_debug_objects_stats st = { .size = sizeof(st) };
-	unsigned bursts = ctx->quick ? 15 : 60;
+	unsigned bursts = ctx->quick ? 60 : 1500;
 	uint64_t t0, t1;
 
 	if (!strcmp(arg, "single"))

@@ -4,7 +4,7 @@
  * (DESIGN §5, STYLE R11, seed 002), after the kernel's lib/debugobjects.c.
  *
  * Data model.  One record (struct dobj) per tracked object, found through a
- * table of HASH_SIZE buckets keyed by the address's 4 KiB chunk, so that a
+ * table of HASH_SIZE buckets keyed by the address's 256-byte chunk, so that a
  * free of a range visits only the buckets of its chunks.  Each bucket has its
  * own lock.  Every operation has the same shape: lock the bucket, look up the
  * record, switch on its state; on a violation copy the record to the stack,
@@ -73,9 +73,13 @@
 #include "debug_objects.h"
 #include "internal.h"
 
-#define HASH_BITS 12
+/* Buckets are keyed by 256-byte chunks: small enough that the records of
+ * densely packed small objects do not pile up in one chain (a 4 KiB page of
+ * 32-byte objects would be one chain of 128), large enough that checking a
+ * freed object visits one or two buckets. */
+#define HASH_BITS 13
 #define HASH_SIZE (1u << HASH_BITS)
-#define CHUNK_SHIFT 12                  /* a page: objects rarely span more */
+#define CHUNK_SHIFT 8
 
 /* Batch size: a power of two, so that "count % BATCH" is a mask (seed 002). */
 #define BATCH 16u
@@ -122,7 +126,9 @@ struct pcpool {
 	bool registered;                /* thread-exit destructor armed */
 };
 
-static struct bucket buckets[HASH_SIZE];
+/* Statically initialised (GNU range designator), so untouched buckets cost
+ * no memory. */
+static struct bucket buckets[HASH_SIZE] = { [0 ... HASH_SIZE - 1] = { .lock = PTHREAD_MUTEX_INITIALIZER } };
 
 static struct {
 	pthread_mutex_t lock;
@@ -194,8 +200,6 @@ static void tracker_init(void)
 	e = getenv("SHEAF_DEBUG_OBJECTS_POOL");
 	if (e && !strcmp(e, "single") && !pool_started)
 		pool_mode = SHEAF_DEBUG_POOL_SINGLE;
-	for (unsigned int i = 0; i < HASH_SIZE; i++)
-		pthread_mutex_init(&buckets[i].lock, NULL);
 	if (pthread_key_create(&exit_key, thread_exit) != 0)
 		enabled = false;
 	if (!enabled)
