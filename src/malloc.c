@@ -60,6 +60,12 @@ static size_t round_up(size_t n, size_t a)
 
 /* ---- Counters and error reports ---------------------------------------------- */
 
+/* Non-zero while this thread creates a class cache (holding sc_lock) or
+ * initialises the core: allocations it makes meanwhile come from the
+ * bootstrap arena.  Zero-initialised TLS, so it reads 0 even before the
+ * loader has copied the TLS image (malloc may run that early). */
+static __thread unsigned int tls_creating;
+
 static struct {
 	_Atomic uint64_t extent_maps, extent_reuses, extent_unmaps, extent_remaps;
 	_Atomic uint64_t boot_allocs, foreign_frees, errors;
@@ -109,7 +115,12 @@ static void msg_num(struct msg *m, uint64_t v, unsigned int base)
  * of aborting. */
 static bool error_is_warn(void)
 {
-	return sheaf_ensure_init() == 0 && sheaf_g.on_error_warn;
+	/* The core's start-up may allocate: as inside class_create, those
+	 * allocations must not try to create a class (see tls_creating). */
+	tls_creating++;
+	int r = sheaf_ensure_init();
+	tls_creating--;
+	return r == 0 && sheaf_g.on_error_warn;
 }
 
 /* Report an invalid use of the malloc API: "sheaf: <fn>: <what> <ptr>
@@ -148,11 +159,6 @@ report(const char *fn, const char *what, const void *ptr, const char *cache, siz
 
 static struct sheaf_cache *_Atomic sc_cache[SHEAF_SC_COUNT];
 static pthread_mutex_t sc_lock = PTHREAD_MUTEX_INITIALIZER;
-/* Non-zero while this thread creates a class cache (holding sc_lock):
- * allocations it makes meanwhile come from the bootstrap arena.  Zero-
- * initialised TLS, so it reads 0 even before the loader has copied the TLS
- * image (malloc may run that early). */
-static __thread unsigned int tls_creating;
 static atomic_int fork_handlers_registered;
 
 static void fork_prepare(void);

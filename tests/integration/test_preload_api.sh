@@ -40,4 +40,13 @@ require_served 10000 sheaf-preload-check-cxx
 line=$(LD_PRELOAD=$LIB SHEAF_MALLOC_STATS=1 /bin/true 2>&1)
 echo "$line"
 grep -Eq '^sheaf-malloc: [0-9]+ mallocs, [0-9]+ frees$' <<<"$line"
+# Installed beside libsheaf.so, and usable from there.
+cmake --install "$BUILD" --prefix "$WORK/prefix" >"$WORK/install.log" 2>&1 ||
+	{ cat "$WORK/install.log"; exit 1; }
+inst=$(find "$WORK/prefix" -name libsheaf-malloc.so)
+[ -n "$inst" ] && [ -e "$(dirname "$inst")/libsheaf.so" ] ||
+	{ echo "FAIL: libsheaf-malloc.so not installed beside libsheaf.so" >&2; exit 1; }
+echo "installed: ${inst#"$WORK/prefix/"}"
+LD_PRELOAD=$inst SHEAF_MALLOC_STATS=$WORK/installed.txt sort </dev/null
+grep -E '^sheaf-malloc: [1-9][0-9]* mallocs, [0-9]+ frees \(pid [0-9]+, sort\)$' "$WORK/installed.txt"
 echo "PASS"
