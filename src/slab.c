@@ -221,6 +221,21 @@ struct sheaf_slab *sheaf_slab_check_obj(struct sheaf_cache *c, const void *obj, 
 	return s;
 }
 
+/* Index of @q in @s if @q is exactly the start of one of its objects (no division:
+ * the reciprocal gives the candidate index, one multiply confirms it). */
+static inline bool index_in_slab(const struct sheaf_cache *c, const struct sheaf_slab *s, const void *q, uint32_t *idx)
+{
+	size_t off = (size_t)((const char *)q - s->sl_base);
+	if (off >= (SHEAF_PAGE_SIZE << s->pg_order) || off < c->obj_offset)
+		return false;
+	off -= c->obj_offset;
+	uint32_t i = (uint32_t)(((uint64_t)off * c->slot_recip) >> 32);
+	if (i >= c->objs_per_slab || (size_t)i * c->slot_size != off)
+		return false;
+	*idx = i;
+	return true;
+}
+
 void sheaf_slab_free_bulk(struct sheaf_cache *c, void **objs, unsigned cnt)
 {
 	/* K§2.7 build_detached_freelist: take the last object, gather the other objects of
@@ -230,30 +245,40 @@ void sheaf_slab_free_bulk(struct sheaf_cache *c, void **objs, unsigned cnt)
 		objs[--cnt] = NULL;
 		if (!p)
 			continue;
-		struct sheaf_slab *s = sheaf_slab_check_obj(c, p, "free");
-		if (!s)
+		struct sheaf_slab *s = sheaf_page_slab(p);
+		uint32_t head;
+		if (sheaf_unlikely(!s || s->pg_kind != SHEAF_PG_SLAB || s->sl_node->cache != c ||
+				   !index_in_slab(c, s, p, &head))) {
+			sheaf_slab_check_obj(c, p, "free"); /* reports what is wrong */
 			continue;
-		uint32_t head = obj_index(c, s, p), tail = head, k = 1;
+		}
+		uint32_t tail = head, k = 1;
 		int miss = 3;
+		char *lo = s->sl_base, *hi = s->sl_base + (SHEAF_PAGE_SIZE << s->pg_order);
 		for (unsigned i = cnt; i-- > 0;) {
 			void *q = objs[i];
 			if (!q)
 				continue;
-			if ((char *)q >= s->sl_base && (char *)q < s->sl_base + (SHEAF_PAGE_SIZE << s->pg_order) &&
-			    sheaf_slab_check_obj(c, q, "free")) {
-				uint32_t qi = obj_index(c, s, q);
-				if (qi == head || qi == tail) {
-					sheaf_report_error(c, q, "double free (object freed twice in one batch) at");
-					objs[i] = NULL;
-					continue;
-				}
-				fp_set(c, slot_at(c, s, qi), head);
-				head = qi;
-				k++;
-				objs[i] = NULL;
-			} else if (--miss == 0) {
-				break;
+			if ((char *)q < lo || (char *)q >= hi) {
+				if (--miss == 0)
+					break;
+				continue;
 			}
+			uint32_t qi;
+			if (sheaf_unlikely(!index_in_slab(c, s, q, &qi))) {
+				sheaf_slab_check_obj(c, q, "free"); /* interior pointer: reported */
+				objs[i] = NULL;
+				continue;
+			}
+			if (sheaf_unlikely(qi == head || qi == tail)) {
+				sheaf_report_error(c, q, "double free (object freed twice in one batch) at");
+				objs[i] = NULL;
+				continue;
+			}
+			fp_set(c, slot_at(c, s, qi), head);
+			head = qi;
+			k++;
+			objs[i] = NULL;
 		}
 		slab_free_chain(c, s, head, tail, k);
 		while (cnt && !objs[cnt - 1])
