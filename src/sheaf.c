@@ -94,6 +94,11 @@ void sheaf_pcs_harvest(struct sheaf_pcs *pcs)
 
 void sheaf_pcs_rebase(struct sheaf_pcs *pcs)
 {
+	/* SHEAF_DEBUG=2: every slow path ends with the walkers (STYLE R7). */
+	sheaf_assert_expensive(sheaf_sheaf_is_valid(pcs->cache, pcs->main));
+	sheaf_assert_expensive(!pcs->spare || sheaf_sheaf_is_valid(pcs->cache, pcs->spare));
+	sheaf_assert_expensive(pcs->main == &sheaf_sentinel_sheaf ||
+			       sheaf_barn_is_valid(&pcs->cache->node[pcs->node]->barn, pcs->cache));
 	pcs->nalloc_base = pcs->main->nalloc;
 	pcs->size_base = pcs->main->size;
 	sheaf_wr(pcs->cached, pcs->main->size + (pcs->spare ? pcs->spare->size : 0));

@@ -106,6 +106,8 @@ static struct sheaf_slab *slab_new(struct sheaf_cache *c, struct sheaf_node *n, 
 
 static void slab_discard(struct sheaf_cache *c, struct sheaf_slab *s)
 {
+	/* Nobody else can reach an empty slab that is off the lists. */
+	sheaf_assert_expensive(sheaf_slab_is_valid(c, s) && SHEAF_FC_INUSE(FC_LOAD(s)) == 0);
 	struct sheaf_node *n = s->sl_node;
 	size_t pg = desc_index(s);
 	uint32_t npages = 1u << s->pg_order;
