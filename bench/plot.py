@@ -65,19 +65,29 @@ def plot_group(out, workload, series, rows):
             if r is None:
                 continue
             h = num(r["headline"])
-            p25, p75 = num(r["p25"]), num(r["p75"])
+            # The spread drawn matches the headline: p25..p75 around a
+            # median, min..p25 under a p10 (the upper tail of cross-CPU
+            # windows is the host's, see the report).
+            if r["headline_stat"] == "p10":
+                a, b = num(r["min"]), num(r["p25"])
+            else:
+                a, b = num(r["p25"]), num(r["p75"])
             xs.append(j - 0.4 + width * (i + 0.5))
             hs.append(h)
-            spread = r["headline_stat"] != "value" and not math.isnan(p25)
-            lo.append(max(0.0, h - p25) if spread else 0.0)
-            hi.append(max(0.0, p75 - h) if spread else 0.0)
+            spread = r["headline_stat"] != "value" and not math.isnan(a)
+            lo.append(max(0.0, h - a) if spread else 0.0)
+            hi.append(max(0.0, b - h) if spread else 0.0)
         ax.bar(xs, hs, width, label=c, color=COLORS.get(c), yerr=[lo, hi],
                capsize=2, error_kw={"elinewidth": 0.8})
     ax.set_xticks(range(len(variants)))
     ax.set_xticklabels(variants, rotation=20, ha="right")
     unit = rows[0]["unit"]
     stat = rows[0]["headline_stat"]
-    ax.set_ylabel(f"{unit} ({stat})" + (", bars p25..p75" if stat != "value" else ""))
+    bars = {"p10": ", bars min..p25", "median": ", bars p25..p75"}.get(stat, "")
+    ax.set_ylabel(f"{unit} ({stat}){bars}")
+    heights = [num(r["headline"]) for r in rows if num(r["headline"]) > 0]
+    if heights and max(heights) / min(heights) > 30:
+        ax.set_yscale("log")
     title = TITLES.get(workload, workload)
     ax.set_title(f"{title}: {series} (lower is better)")
     ax.grid(axis="y", alpha=0.3)

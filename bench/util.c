@@ -438,8 +438,13 @@ int bench_run_pair(const struct bench_pool *p, void (*prod)(void *), void (*cons
 	struct pair_thread t[2] = { { prod, arg, bench_cpu[0] }, { cons, arg, bench_cpu[1] } };
 	pthread_t th[2];
 
-	if (p && p->kind == BK_DPDK)
+	if (p && p->kind == BK_DPDK) {
+#ifdef SHEAF_BENCH_DPDK
 		return bench_dpdk_run_pair(prod, cons, arg);
+#else
+		return -1;
+#endif
+	}
 	for (int i = 0; i < 2; i++) {
 		if (pthread_create(&th[i], NULL, pair_main, &t[i])) {
 			if (i == 1)
