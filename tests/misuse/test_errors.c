@@ -207,6 +207,30 @@ static void test_fork(void)
 		pthread_join(t[i], NULL);
 }
 
+/* destroy with objects still allocated: one line with name and count; memory kept. */
+static void do_leak_destroy(void *a)
+{
+	(void)a;
+	struct sheaf_cache *c = sheaf_cache_create("leaky", 100, NULL);
+	char *p[3];
+	for (int i = 0; i < 3; i++)
+		p[i] = sheaf_cache_alloc(c);
+	void *q = sheaf_cache_alloc(c);
+	sheaf_cache_free(c, q);
+	sheaf_cache_destroy(c);
+	for (int i = 0; i < 3; i++)
+		memset(p[i], 7, 100); /* still ours, still mapped */
+	_exit(p[0][99] == 7 ? 0 : 5);
+}
+
+static void test_destroy_leak(void)
+{
+	struct th_child r;
+	th_run_child(do_leak_destroy, NULL, &r);
+	CHECKF(r.exited && r.status == 0, "exit %d sig %d", r.status, r.sig);
+	CHECKF(strstr(r.err, "cache 'leaky' destroyed with 3 objects still allocated") != NULL, "got: %s", r.err);
+}
+
 int main(void)
 {
 	ca = sheaf_cache_create("cache-a", 64, NULL);
@@ -216,5 +240,6 @@ int main(void)
 	RUN(test_warn_mode);
 	RUN(test_exhaustion);
 	RUN(test_fork);
+	RUN(test_destroy_leak);
 	return th_done();
 }
