@@ -7,6 +7,7 @@
  */
 #include <pthread.h>
 #include <stdbool.h>
+#include <time.h>
 
 #include "harness.h"
 #include "sheaf.h"
@@ -449,6 +450,79 @@ static void test_threads(void)
 	CHECK(s2.cache_frees - s.cache_frees == s.pool_global + s.pool_to_free + s.pool_percpu - s2.pool_global - s2.pool_percpu);
 }
 
+
+/* The EWMA-throttled free work: after a burst ends, records go back to the
+ * cache gradually (at most FREE_MAX = 1024 per run, at most 10 runs a second),
+ * down to the pool's floor, never below it. */
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void child_ewma(void *arg)
+{
+	static struct timerish burst[6000];
+	static struct timerish one;
+	for (int i = 0; i < 6000; i++) {
+		sheaf_debug_object_init(&burst[i], &plain_descr);
+		sheaf_debug_object_activate(&burst[i], &plain_descr);
+	}
+	for (int i = 0; i < 6000; i++) {
+		sheaf_debug_object_deactivate(&burst[i], &plain_descr);
+		sheaf_debug_object_free(&burst[i], &plain_descr);
+	}
+	struct sheaf_debug_objects_stats s = stats();
+	child_result("allocs", (long)s.cache_allocs);
+	uint64_t last_frees = s.cache_frees, t0 = now_ms(), t_last = t0;
+	long max_step = 0, steps = 0;
+	while (now_ms() - t0 < 1500) {
+		/* a trickle of work: every 64 operations a thread looks at the clock */
+		for (int i = 0; i < 64; i++) {
+			sheaf_debug_object_init(&one, &plain_descr);
+			sheaf_debug_object_free(&one, &plain_descr);
+		}
+		struct timespec d = { 0, 2000000 };
+		nanosleep(&d, NULL);
+		if (now_ms() - t_last >= 50) {
+			s = stats();
+			long step = (long)(s.cache_frees - last_frees);
+			if (step > max_step)
+				max_step = step;
+			if (step)
+				steps++;
+			last_frees = s.cache_frees;
+			t_last = now_ms();
+		}
+	}
+	s = stats();
+	child_result("frees", (long)s.cache_frees);
+	child_result("max_step", max_step);
+	child_result("steps", steps);
+	child_result("pooled", (long)(s.pool_global + s.pool_to_free));
+	child_result("in_use", (long)s.objs_in_use);
+}
+
+static void test_ewma_throttle(void)
+{
+	struct th_child r;
+	th_run_child(child_ewma, NULL, &r);
+	CHECKF(r.exited && r.status == 0, "%s", r.err);
+	long allocs = result_of(&r, "allocs"), frees = result_of(&r, "frees");
+	printf("# ewma: allocs %ld frees %ld in %ld runs, largest %ld; %ld pooled\n", allocs, frees,
+	       result_of(&r, "steps"), result_of(&r, "max_step"), result_of(&r, "pooled"));
+	CHECKF(allocs >= 6000 && allocs <= 6000 + 512, "allocs %ld", allocs);
+	/* Usage dropped for good: most of the burst went back... */
+	CHECKF(frees >= allocs - 1024 - 64 - 512, "frees %ld of %ld", frees, allocs);
+	/* ...in several throttled runs, never more than one run's worth at once... */
+	CHECKF(result_of(&r, "steps") >= 3, "%ld runs", result_of(&r, "steps"));
+	CHECKF(result_of(&r, "max_step") <= 1024 + 16, "max step %ld", result_of(&r, "max_step"));
+	/* ...and the pool kept its floor. */
+	CHECKF(result_of(&r, "pooled") >= 1024, "pooled %ld", result_of(&r, "pooled"));
+	CHECK(result_of(&r, "in_use") == 0);
+}
+
 int main(void)
 {
 	RUN(test_double_init);
@@ -458,6 +532,7 @@ int main(void)
 	RUN(test_untracked_objects);
 	RUN(test_rate_limit);
 	RUN(test_single_pool);
+	RUN(test_ewma_throttle);
 	RUN(test_legal_cycle);
 	RUN(test_threads);
 	return th_done();
