@@ -24,6 +24,42 @@ void *sheaf_demo_tls_touch(unsigned long n)
 C
 cc -shared -fPIC -O1 -o "$WORK/libtlsdemo.so" "$WORK/tlsdemo.c"
 
+# A library whose constructor allocates before libsheaf-malloc.so's own
+# constructor has run (it is initialised first when listed first) and calls
+# dlsym for a missing symbol, whose error message glibc allocates with calloc
+# (peers.md §3 item 6: allocation before init and during dlsym).  Blocks it
+# keeps are freed by the program's exit path.
+cat >"$WORK/early.c" <<'C'
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static void *kept[1000];
+__attribute__((constructor)) static void early(void)
+{
+	for (int i = 0; i < 1000; i++) {
+		kept[i] = malloc((size_t)(i * 53) % 5000 + 1);
+		memset(kept[i], 1, 1);
+	}
+	if (dlsym(RTLD_NEXT, "sheaf_no_such_symbol") != NULL || dlerror() == NULL)
+		abort();
+	char *s = strdup("early");
+	free(s);
+}
+__attribute__((destructor)) static void late(void)
+{
+	for (int i = 0; i < 1000; i++)
+		free(kept[i]);
+}
+C
+cc -shared -fPIC -O1 -o "$WORK/libearly.so" "$WORK/early.c"
+for order in "$WORK/libearly.so:$LIB" "$LIB:$WORK/libearly.so"; do
+	LD_PRELOAD=$order SHEAF_MALLOC_STATS=$WORK/early.txt "$check" >/dev/null ||
+		{ echo "FAIL: LD_PRELOAD=$order" >&2; exit 1; }
+done
+grep -c '^sheaf-malloc: ' "$WORK/early.txt" | grep -qx 2
+echo "early allocation and dlsym in a constructor: ok (both preload orders)"
+
 echo "== glibc"
 "$check" "$WORK/libtlsdemo.so" | tail -n 3
 "$checkxx" | tail -n 2
