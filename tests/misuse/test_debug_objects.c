@@ -12,6 +12,7 @@
 #include "harness.h"
 #include "sheaf.h"
 #include "sheaf_debug.h"
+#include "sheaf_malloc.h"
 
 struct timerish {
 	int armed;
@@ -273,6 +274,33 @@ static void test_sheaf_free_while_active(void)
 	CHECK(result_of(&r, "in_use") == 0);
 }
 
+/* The same through the malloc front end (a size-class cache). */
+static void child_malloc_free_active(void *arg)
+{
+	char *m = sheaf_malloc(200);
+	REQUIRE(m != NULL);
+	struct timerish *t = (struct timerish *)(m + 64);
+	fprintf(stderr, "@obj=%p\n", (void *)t);
+	sheaf_debug_object_init(t, &plain_descr);
+	sheaf_debug_object_activate(t, &plain_descr);
+	sheaf_free(m);
+	child_result("in_use", (long)stats().objs_in_use);
+}
+
+static void test_malloc_free_while_active(void)
+{
+	struct th_child r;
+	th_run_child(child_malloc_free_active, NULL, &r);
+	CHECKF(r.exited && r.status == 0, "status %d: %s", r.status, r.err);
+	const char *o = strstr(r.err, "@obj=");
+	REQUIRE(o != NULL);
+	char want[128], addr[32] = { 0 };
+	sscanf(o + 5, "%31s", addr);
+	snprintf(want, sizeof(want), "free active object %s type plain_obj", addr);
+	CHECKF(strstr(r.err, want) != NULL, "no '%s' in: %s", want, r.err);
+	CHECK(result_of(&r, "in_use") == 0); /* no fix-up: tracking ends with the memory */
+}
+
 static __attribute__((noinline)) void child_untracked(void *arg)
 {
 	static struct timerish never;
@@ -529,6 +557,7 @@ int main(void)
 	RUN(test_activate_after_destroy);
 	RUN(test_free_while_active);
 	RUN(test_sheaf_free_while_active);
+	RUN(test_malloc_free_while_active);
 	RUN(test_untracked_objects);
 	RUN(test_rate_limit);
 	RUN(test_single_pool);

@@ -9,6 +9,7 @@
  * not instrument: in an ASan build the slots are poisoned (track.h) and ASan
  * would otherwise stop the stray write before Sheaf's own check can see it.
  */
+#include <pthread.h>
 #include <signal.h>
 
 #include "harness.h"
@@ -250,6 +251,55 @@ static void test_warn_mode(void)
 	CHECK(strstr(r.err, "@distinct=1") != NULL);
 }
 
+/* ---- threads: cross-thread frees in a debug cache are clean ------------------------- */
+
+#define MT_THREADS 4
+#define MT_OBJS 1500
+static struct sheaf_cache *mt_cache;
+static void *mt_objs[MT_THREADS][MT_OBJS];
+static pthread_barrier_t mt_barrier;
+
+static void *mt_worker(void *arg)
+{
+	int me = (int)(intptr_t)arg;
+	for (int round = 0; round < 4; round++) {
+		for (int i = 0; i < MT_OBJS; i++) {
+			mt_objs[me][i] = sheaf_cache_alloc(mt_cache);
+			memset(mt_objs[me][i], me, sizeof(struct obj));
+		}
+		pthread_barrier_wait(&mt_barrier);
+		/* free the neighbour's objects: every free is a remote one */
+		int other = (me + 1) % MT_THREADS;
+		for (int i = 0; i < MT_OBJS; i++)
+			sheaf_cache_free(mt_cache, mt_objs[other][i]);
+		pthread_barrier_wait(&mt_barrier);
+	}
+	return NULL;
+}
+
+static void child_threads(void *arg)
+{
+	mt_cache = mk("dbg-mt", 0);
+	pthread_barrier_init(&mt_barrier, NULL, MT_THREADS);
+	pthread_t t[MT_THREADS];
+	for (int i = 0; i < MT_THREADS; i++)
+		pthread_create(&t[i], NULL, mt_worker, (void *)(intptr_t)i);
+	for (int i = 0; i < MT_THREADS; i++)
+		pthread_join(t[i], NULL);
+	struct sheaf_stats st = { .size = sizeof(st) };
+	sheaf_stats_get(mt_cache, &st);
+	fprintf(stderr, "@inuse=%llu\n", (unsigned long long)st.objects_inuse);
+}
+
+static void test_threads(void)
+{
+	struct th_child r;
+	th_run_child(child_threads, NULL, &r);
+	CHECKF(r.exited && r.status == 0, "status %d sig %d: %s", r.status, r.sig, r.err);
+	CHECK(strstr(r.err, "BUG") == NULL);
+	CHECKF(strstr(r.err, "@inuse=0") != NULL, "%s", r.err);
+}
+
 /* ---- selection, layout and clean operation -------------------------------------------- */
 
 static void test_selection_and_layout(void)
@@ -310,5 +360,6 @@ int main(void)
 	RUN(test_redzone_while_free);
 	RUN(test_foreign_free);
 	RUN(test_warn_mode);
+	RUN(test_threads);
 	return th_done();
 }
