@@ -52,13 +52,14 @@
  * any thread that finds it below POOL_MIN (parallel refills), records beyond
  * POOL_MAX given back to the cache at once.
  *
- * Lock order: bucket lock -> pool lock.  The backing cache is called with no
+ * Lock order: bucket lock (a spinlock) -> pool lock (a mutex).  The backing cache is called with no
  * tracker lock held, and check_free ignores frees made from inside the
  * tracker (in_tracker), so the core's free hook cannot recurse into us.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -108,10 +109,16 @@ struct dobj {
 	uint8_t state;                  /* enum sheaf_debug_state */
 };
 
+/* Bucket locks are small spinlocks, as the kernel's raw spinlocks: the
+ * critical sections are a short chain walk, fork_prepare can take all 8192
+ * of them (ThreadSanitizer's deadlock detector cannot track that many
+ * pthread mutexes held at once), and a bucket is 16 bytes.  A waiter yields
+ * after a few hundred spins, so a preempted holder costs a time slice, not
+ * a busy CPU. */
 struct bucket {
-	pthread_mutex_t lock;
+	int lock;                       /* 0 free, 1 held */
 	struct dobj *head;              /* Protected by lock. */
-} __attribute__((aligned(64)));
+};
 
 /* A stack of batches.  Protected by pool.lock. */
 struct batch_stack {
@@ -126,9 +133,34 @@ struct pcpool {
 	bool registered;                /* thread-exit destructor armed */
 };
 
-/* Statically initialised (GNU range designator), so untouched buckets cost
- * no memory. */
-static struct bucket buckets[HASH_SIZE] = { [0 ... HASH_SIZE - 1] = { .lock = PTHREAD_MUTEX_INITIALIZER } };
+static struct bucket buckets[HASH_SIZE]; /* zero: unlocked and empty, untouched until used */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#else
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
+static void bucket_lock(struct bucket *b)
+{
+	unsigned int spins = 0;
+	while (__atomic_exchange_n(&b->lock, 1, __ATOMIC_ACQUIRE)) {
+		while (__atomic_load_n(&b->lock, __ATOMIC_RELAXED)) {
+			if (++spins < 256)
+				cpu_relax();
+			else
+				sched_yield();
+		}
+	}
+}
+
+static void bucket_unlock(struct bucket *b)
+{
+	__atomic_store_n(&b->lock, 0, __ATOMIC_RELEASE);
+}
 
 static struct {
 	pthread_mutex_t lock;
@@ -191,6 +223,36 @@ static unsigned long long now_ns(void)
 /* ---- Initialisation ------------------------------------------------------- */
 
 static void thread_exit(void *arg);
+static pthread_mutex_t report_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* fork (DESIGN §6): no tracker lock may be held across it, or the child would
+ * hang on its first hook.  Order: the report lock (never held with another),
+ * every bucket, then the pool -- the lock order of the hooks. */
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&report_lock);
+	for (unsigned int i = 0; i < HASH_SIZE; i++)
+		bucket_lock(&buckets[i]);
+	pthread_mutex_lock(&pool.lock);
+}
+
+static void fork_release(void)
+{
+	pthread_mutex_unlock(&pool.lock);
+	for (unsigned int i = HASH_SIZE; i-- > 0;)
+		bucket_unlock(&buckets[i]);
+	pthread_mutex_unlock(&report_lock);
+}
+
+static void fork_child(void)
+{
+	fork_release();
+	/* Threads that were refilling or running the free work are gone; the
+	 * records in their per-thread pools are lost to the child (counted as
+	 * pool_percpu). */
+	__atomic_store_n(&st.refilling, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&st.working, 0, __ATOMIC_RELAXED);
+}
 
 static void tracker_init(void)
 {
@@ -200,7 +262,8 @@ static void tracker_init(void)
 	e = getenv("SHEAF_DEBUG_OBJECTS_POOL");
 	if (e && !strcmp(e, "single") && !pool_started)
 		pool_mode = SHEAF_DEBUG_POOL_SINGLE;
-	if (pthread_key_create(&exit_key, thread_exit) != 0)
+	if (pthread_key_create(&exit_key, thread_exit) != 0 ||
+	    pthread_atfork(fork_prepare, fork_release, fork_child) != 0)
 		enabled = false;
 	if (!enabled)
 		return;
@@ -606,7 +669,7 @@ static struct dobj *lookup_or_alloc(struct bucket *b, void *addr,
 {
 	fill_pool(false);
 	for (int attempt = 0; attempt < 3; attempt++) {
-		pthread_mutex_lock(&b->lock);
+		bucket_lock(b);
 		struct dobj *o = lookup_locked(b, addr);
 		if (o)
 			return o;
@@ -622,10 +685,10 @@ static struct dobj *lookup_or_alloc(struct bucket *b, void *addr,
 				start_tracking();
 			return o;
 		}
-		pthread_mutex_unlock(&b->lock);
+		bucket_unlock(b);
 		fill_pool(true);
 	}
-	pthread_mutex_lock(&b->lock);
+	bucket_lock(b);
 	return NULL;
 }
 
@@ -663,13 +726,12 @@ static size_t fmt_site(char *buf, size_t n, const void *pc)
 
 static bool report_allowed(void)
 {
-	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 	static unsigned long long window_end;
 	static unsigned int printed;
 	bool ok;
 
 	ADD(warnings, 1);
-	pthread_mutex_lock(&lock);
+	pthread_mutex_lock(&report_lock);
 	unsigned long long now = now_ns();
 	if (printed < REPORT_BURST) {
 		printed++;
@@ -681,7 +743,7 @@ static bool report_allowed(void)
 	} else {
 		ok = false;
 	}
-	pthread_mutex_unlock(&lock);
+	pthread_mutex_unlock(&report_lock);
 	if (!ok)
 		ADD(suppressed, 1);
 	return ok;
@@ -737,7 +799,7 @@ static void do_init(void *addr, const struct sheaf_debug_obj_descr *d, const voi
 	struct dobj *o = lookup_or_alloc(b, addr, d, caller);
 	struct snapshot s;
 	if (!o) {
-		pthread_mutex_unlock(&b->lock);
+		bucket_unlock(b);
 		return;
 	}
 	switch (o->state) {
@@ -748,17 +810,17 @@ static void do_init(void *addr, const struct sheaf_debug_obj_descr *d, const voi
 		o->state = SHEAF_DEBUG_STATE_INIT;
 		o->descr = d;
 		o->site = caller;
-		pthread_mutex_unlock(&b->lock);
+		bucket_unlock(b);
 		break;
 	case SHEAF_DEBUG_STATE_ACTIVE:
 		snap(&s, o);
-		pthread_mutex_unlock(&b->lock);
+		bucket_unlock(b);
 		report("init", &s, caller);
 		fixup(d->fixup_init, addr, s.state);
 		break;
 	default: /* destroyed */
 		snap(&s, o);
-		pthread_mutex_unlock(&b->lock);
+		bucket_unlock(b);
 		report("init", &s, caller);
 		break;
 	}
@@ -779,7 +841,7 @@ SHEAF_API int sheaf_debug_object_activate(void *addr, const struct sheaf_debug_o
 	if (!tracker_ready() || !addr || !d)
 		return 0;
 	struct bucket *b = bucket_of(addr);
-	pthread_mutex_lock(&b->lock);
+	bucket_lock(b);
 	struct dobj *o = lookup_locked(b, addr);
 	if (o) {
 		switch (o->state) {
@@ -787,33 +849,33 @@ SHEAF_API int sheaf_debug_object_activate(void *addr, const struct sheaf_debug_o
 		case SHEAF_DEBUG_STATE_INACTIVE:
 			o->state = SHEAF_DEBUG_STATE_ACTIVE;
 			o->site = caller;
-			pthread_mutex_unlock(&b->lock);
+			bucket_unlock(b);
 			housekeeping();
 			return 0;
 		case SHEAF_DEBUG_STATE_ACTIVE:
 			snap(&s, o);
-			pthread_mutex_unlock(&b->lock);
+			bucket_unlock(b);
 			report("activate", &s, caller);
 			return fixup(d->fixup_activate, addr, s.state) ? 0 : -EINVAL;
 		default: /* destroyed: never activated again */
 			snap(&s, o);
-			pthread_mutex_unlock(&b->lock);
+			bucket_unlock(b);
 			report("activate", &s, caller);
 			return -EINVAL;
 		}
 	}
-	pthread_mutex_unlock(&b->lock);
+	bucket_unlock(b);
 	/* Not tracked: a statically initialised object starts its tracking
 	 * here; anything else is activated without ever being initialised. */
 	if (d->is_static_object && d->is_static_object(addr)) {
 		do_init(addr, d, caller);
-		pthread_mutex_lock(&b->lock);
+		bucket_lock(b);
 		o = lookup_locked(b, addr);
 		if (o && o->state == SHEAF_DEBUG_STATE_INIT) {
 			o->state = SHEAF_DEBUG_STATE_ACTIVE;
 			o->site = caller;
 		}
-		pthread_mutex_unlock(&b->lock);
+		bucket_unlock(b);
 		return 0;
 	}
 	s = (struct snapshot){ addr, d, NULL, SHEAF_DEBUG_STATE_NOTAVAILABLE };
@@ -828,7 +890,7 @@ SHEAF_API void sheaf_debug_object_deactivate(void *addr, const struct sheaf_debu
 	if (!tracker_ready() || !addr || !d)
 		return;
 	struct bucket *b = bucket_of(addr);
-	pthread_mutex_lock(&b->lock);
+	bucket_lock(b);
 	struct dobj *o = lookup_locked(b, addr);
 	if (o) {
 		switch (o->state) {
@@ -837,17 +899,17 @@ SHEAF_API void sheaf_debug_object_deactivate(void *addr, const struct sheaf_debu
 		case SHEAF_DEBUG_STATE_ACTIVE:
 			o->state = SHEAF_DEBUG_STATE_INACTIVE;
 			o->site = caller;
-			pthread_mutex_unlock(&b->lock);
+			bucket_unlock(b);
 			housekeeping();
 			return;
 		default:
 			snap(&s, o);
-			pthread_mutex_unlock(&b->lock);
+			bucket_unlock(b);
 			report("deactivate", &s, caller);
 			return;
 		}
 	}
-	pthread_mutex_unlock(&b->lock);
+	bucket_unlock(b);
 	s = (struct snapshot){ addr, d, NULL, SHEAF_DEBUG_STATE_NOTAVAILABLE };
 	report("deactivate", &s, caller);
 }
@@ -859,10 +921,10 @@ SHEAF_API void sheaf_debug_object_destroy(void *addr, const struct sheaf_debug_o
 	if (!tracker_ready() || !addr || !d)
 		return;
 	struct bucket *b = bucket_of(addr);
-	pthread_mutex_lock(&b->lock);
+	bucket_lock(b);
 	struct dobj *o = lookup_locked(b, addr);
 	if (!o) {
-		pthread_mutex_unlock(&b->lock);
+		bucket_unlock(b);
 		return;
 	}
 	switch (o->state) {
@@ -871,18 +933,18 @@ SHEAF_API void sheaf_debug_object_destroy(void *addr, const struct sheaf_debug_o
 	case SHEAF_DEBUG_STATE_INACTIVE:
 		o->state = SHEAF_DEBUG_STATE_DESTROYED;
 		o->site = caller;
-		pthread_mutex_unlock(&b->lock);
+		bucket_unlock(b);
 		housekeeping();
 		return;
 	case SHEAF_DEBUG_STATE_ACTIVE:
 		snap(&s, o);
-		pthread_mutex_unlock(&b->lock);
+		bucket_unlock(b);
 		report("destroy", &s, caller);
 		fixup(d->fixup_destroy, addr, s.state);
 		return;
 	default:
 		snap(&s, o);
-		pthread_mutex_unlock(&b->lock);
+		bucket_unlock(b);
 		report("destroy", &s, caller);
 		return;
 	}
@@ -895,22 +957,22 @@ SHEAF_API void sheaf_debug_object_free(void *addr, const struct sheaf_debug_obj_
 	if (!tracker_ready() || !addr || !d)
 		return;
 	struct bucket *b = bucket_of(addr);
-	pthread_mutex_lock(&b->lock);
+	bucket_lock(b);
 	struct dobj *o = lookup_locked(b, addr);
 	if (!o) {
-		pthread_mutex_unlock(&b->lock);
+		bucket_unlock(b);
 		return;
 	}
 	if (o->state == SHEAF_DEBUG_STATE_ACTIVE) {
 		snap(&s, o);
-		pthread_mutex_unlock(&b->lock);
+		bucket_unlock(b);
 		report("free", &s, caller);
 		fixup(d->fixup_free, addr, s.state);
 		return;
 	}
 	o->state = SHEAF_DEBUG_STATE_FREED;
 	unlink_locked(b, o);
-	pthread_mutex_unlock(&b->lock);
+	bucket_unlock(b);
 	rec_free(o);
 	housekeeping();
 }
@@ -921,9 +983,9 @@ SHEAF_API void sheaf_debug_object_assert_init(void *addr, const struct sheaf_deb
 	if (!tracker_ready() || !addr || !d)
 		return;
 	struct bucket *b = bucket_of(addr);
-	pthread_mutex_lock(&b->lock);
+	bucket_lock(b);
 	struct dobj *o = lookup_locked(b, addr);
-	pthread_mutex_unlock(&b->lock);
+	bucket_unlock(b);
 	if (o)
 		return;
 	if (d->is_static_object && d->is_static_object(addr)) {
@@ -940,10 +1002,10 @@ SHEAF_API enum sheaf_debug_state sheaf_debug_object_state(const void *addr)
 	if (!tracker_ready() || !addr)
 		return SHEAF_DEBUG_STATE_NONE;
 	struct bucket *b = bucket_of(addr);
-	pthread_mutex_lock(&b->lock);
+	bucket_lock(b);
 	struct dobj *o = lookup_locked(b, addr);
 	enum sheaf_debug_state s = o ? (enum sheaf_debug_state)o->state : SHEAF_DEBUG_STATE_NONE;
-	pthread_mutex_unlock(&b->lock);
+	bucket_unlock(b);
 	return s;
 }
 
@@ -953,7 +1015,7 @@ static void check_bucket(struct bucket *b, uintptr_t lo, uintptr_t hi, const voi
 	struct dobj *dead = NULL;
 	int rounds = 0;
 again:
-	pthread_mutex_lock(&b->lock);
+	bucket_lock(b);
 	for (struct dobj **pp = &b->head; *pp;) {
 		struct dobj *o = *pp;
 		uintptr_t a = (uintptr_t)o->addr;
@@ -964,7 +1026,7 @@ again:
 		if (o->state == SHEAF_DEBUG_STATE_ACTIVE && rounds++ < 64) {
 			struct snapshot s;
 			snap(&s, o);
-			pthread_mutex_unlock(&b->lock);
+			bucket_unlock(b);
 			report("free", &s, caller);
 			/* The fix-up usually deactivates and frees the object;
 			 * look again either way.  A fix-up that leaves it active
@@ -977,7 +1039,7 @@ again:
 		o->next = dead;
 		dead = o;
 	}
-	pthread_mutex_unlock(&b->lock);
+	bucket_unlock(b);
 	while (dead) {
 		struct dobj *next = dead->next;
 		rec_free(dead);

@@ -551,6 +551,46 @@ static void test_ewma_throttle(void)
 	CHECK(result_of(&r, "in_use") == 0);
 }
 
+/* fork while other threads are inside the tracker: the child's hooks work
+ * (no lock was held across the fork), and so do the parent's. */
+static void child_fork(void *arg)
+{
+	pthread_t t[2];
+	for (int i = 0; i < 2; i++)
+		pthread_create(&t[i], NULL, churn, thr_objs[i]);
+	int bad = 0;
+	alarm(60); /* a deadlocked grandchild turns into a failure, not a hang */
+	for (int k = 0; k < 20; k++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			static struct timerish x;
+			sheaf_debug_object_init(&x, &timer_descr);
+			int ok = sheaf_debug_object_activate(&x, &timer_descr) == 0 &&
+				 sheaf_debug_object_state(&x) == SHEAF_DEBUG_STATE_ACTIVE;
+			sheaf_debug_object_deactivate(&x, &timer_descr);
+			sheaf_debug_object_free(&x, &timer_descr);
+			_exit(ok && stats().warnings == 0 ? 0 : 1);
+		}
+		int st = 0;
+		waitpid(pid, &st, 0);
+		if (!WIFEXITED(st) || WEXITSTATUS(st))
+			bad++;
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	child_result("bad", bad);
+	child_result("warnings", (long)stats().warnings);
+}
+
+static void test_fork(void)
+{
+	struct th_child r;
+	th_run_child(child_fork, NULL, &r);
+	CHECKF(r.exited && r.status == 0, "status %d sig %d: %s", r.status, r.sig, r.err);
+	CHECK(result_of(&r, "bad") == 0);
+	CHECK(result_of(&r, "warnings") == 0);
+}
+
 int main(void)
 {
 	RUN(test_double_init);
@@ -564,5 +604,6 @@ int main(void)
 	RUN(test_ewma_throttle);
 	RUN(test_legal_cycle);
 	RUN(test_threads);
+	RUN(test_fork);
 	return th_done();
 }
