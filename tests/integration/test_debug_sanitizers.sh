@@ -89,6 +89,17 @@ static int clean(struct sheaf_cache *c)
 		sheaf_debug_object_deactivate(o, &descr);
 		sheaf_cache_free(d, o);
 	}
+	for (int i = 0; i < 200; i++) {
+		char *o = sheaf_cache_alloc(c);
+		memset(o, 5, 40);
+		sheaf_cache_free_rcu(c, o);
+	}
+	sheaf_cache_rcu_barrier(c);
+	for (int i = 0; i < 200; i++) {
+		char *o = sheaf_cache_alloc(c);
+		memset(o, 6, 40);
+		sheaf_cache_free(c, o);
+	}
 	char *z = sheaf_calloc(10, 10);
 	for (int i = 0; i < 100; i++)
 		if (z[i])
