@@ -191,6 +191,26 @@ static void set_track(struct track *t, const void *caller)
 
 static pthread_once_t bt_once = PTHREAD_ONCE_INIT;
 
+/* Slot size of @c's objects with debug flags @f (and the offsets, if @set). */
+static size_t layout_for(struct sheaf_cache *c, unsigned f, bool set)
+{
+	size_t a = SHEAF_MAX(c->align, (size_t)8);
+	size_t left = (f & SHEAF_DEBUG_REDZONE) ? SHEAF_ALIGN_UP((size_t)RZ_SIZE, a) : 0;
+	size_t end = left + c->object_size;
+	if (f & SHEAF_DEBUG_REDZONE)
+		end += RZ_SIZE;
+	size_t meta = SHEAF_ALIGN_UP(end, (size_t)8);
+	size_t msize = (f & SHEAF_DEBUG_STORE_USER) ? sizeof(struct meta) : META_SIZE_NOUSER;
+	size_t slot = SHEAF_ALIGN_UP(meta + msize, a);
+	if (set) {
+		c->obj_offset = (uint32_t)left;
+		c->debug_offset = (uint32_t)meta;
+		c->freeptr_offset = (uint32_t)(meta + offsetof(struct meta, link));
+		c->slot_size = slot;
+	}
+	return slot;
+}
+
 void sheaf_debug_slab_layout(struct sheaf_cache *c)
 {
 	unsigned f = c->debug_flags & SHEAF_DEBUG_ALL;
@@ -199,19 +219,22 @@ void sheaf_debug_slab_layout(struct sheaf_cache *c)
 	if (c->ctor || (c->flags & SHEAF_TYPESAFE_BY_RCU))
 		f &= ~SHEAF_DEBUG_POISON;
 	/* Any debug flag makes a debug cache (no sheaves, checked state word). */
-	c->debug_flags = f ? f : SHEAF_DEBUG_CONSISTENCY;
-	f = c->debug_flags;
-	size_t a = SHEAF_MAX(c->align, (size_t)8);
-	size_t left = (f & SHEAF_DEBUG_REDZONE) ? SHEAF_ALIGN_UP((size_t)RZ_SIZE, a) : 0;
-	size_t end = left + c->object_size;
-	if (f & SHEAF_DEBUG_REDZONE)
-		end += RZ_SIZE;
-	size_t meta = SHEAF_ALIGN_UP(end, (size_t)8);
-	size_t msize = (f & SHEAF_DEBUG_STORE_USER) ? sizeof(struct meta) : META_SIZE_NOUSER;
-	c->obj_offset = (uint32_t)left;
-	c->debug_offset = (uint32_t)meta;
-	c->freeptr_offset = (uint32_t)(meta + offsetof(struct meta, link));
-	c->slot_size = SHEAF_ALIGN_UP(meta + msize, a);
+	if (!f)
+		f = SHEAF_DEBUG_CONSISTENCY;
+	/* Objects near the largest slot size: give up the red zones, then the
+	 * tracks, rather than fail the cache's creation; beyond that the cache
+	 * stays a normal one (the core's layout is left as it is). */
+	const size_t max_slot = SHEAF_PAGE_SIZE << SHEAF_MAX_ORDER;
+	if (layout_for(c, f, false) > max_slot)
+		f &= ~SHEAF_DEBUG_REDZONE;
+	if (layout_for(c, f, false) > max_slot)
+		f &= ~SHEAF_DEBUG_STORE_USER;
+	if (layout_for(c, f, false) > max_slot) {
+		c->debug_flags = 0;
+		return;
+	}
+	c->debug_flags = f;
+	layout_for(c, f, true);
 	if (f & SHEAF_DEBUG_STORE_USER)
 		pthread_once(&bt_once, prime_backtrace);
 }

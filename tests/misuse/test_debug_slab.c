@@ -347,6 +347,24 @@ static void test_selection_and_layout(void)
 	sheaf_cache_destroy(z);
 	sheaf_cache_destroy(c);
 	sheaf_cache_destroy(plain);
+
+	/* Near the largest object size the red zones and tracks give way, and at
+	 * the largest the cache stays a normal one: creation never fails. */
+	struct sheaf_cache_args all = { .flags = SHEAF_DEBUG_ALL };
+	size_t sizes[2] = { SHEAF_MAX_OBJECT_SIZE - 64, SHEAF_MAX_OBJECT_SIZE };
+	for (int i = 0; i < 2; i++) {
+		struct sheaf_cache *big = sheaf_cache_create("dbg-big", sizes[i], &all);
+		REQUIRE(big != NULL);
+		CHECK((big->debug_flags != 0) == (i == 0));
+		CHECK(!(big->debug_flags & (SHEAF_DEBUG_REDZONE | SHEAF_DEBUG_STORE_USER)));
+		unsigned char *bo = sheaf_cache_alloc(big);
+		REQUIRE(bo != NULL);
+		if (i == 0)
+			CHECK(bo[0] == 0x6b && bo[sizes[i] - 1] == 0xa5); /* P kept */
+		memset(bo, 1, sizes[i]);
+		sheaf_cache_free(big, bo);
+		sheaf_cache_destroy(big);
+	}
 }
 
 int main(void)
