@@ -80,7 +80,10 @@ for p in $PRESETS; do
 		if [ "$n" -eq 0 ]; then
 			status=FAIL detail="ran no test"
 		elif [ "$rc" -ne 0 ] || [ "$f" -ne 0 ]; then
-			status=FAIL detail="$f of $n tests failed (ctest exit $rc)"
+			# ctest lists them as "<tab>  N - kind/name (Failed)".
+			names=$(sed -n '/^The following tests FAILED:/,$s/^[[:space:]]*[0-9]* - \([^ ]*\).*/\1/p' \
+				"build/logs/$p-test.log" | tr '\n' ' ')
+			status=FAIL detail="$f of $n tests failed (ctest exit $rc): $names"
 		else
 			detail="$n tests passed"
 		fi
