@@ -16,6 +16,12 @@
  *    microseconds: the low percentile is the figure of the code, the upper
  *    tail the figure of the host.
  *
+ * Other processes share this machine (other builds and tests).  A window in
+ * which a thread of the workload was preempted (its involuntary context
+ * switches rose, getrusage(RUSAGE_THREAD)) is "disturbed"; when enough
+ * undisturbed windows remain, the statistics are over those only, and the
+ * number left out is recorded.
+ *
  * Every allocator is called through one indirect call per operation (a
  * function pointer from dlsym, or Sheaf's exported function), so none of them
  * gets an inlined fast path the others lack.  DPDK's get/put are inline in its
@@ -206,6 +212,7 @@ struct bench_ring {
 struct bench_stat {
 	int n;
 	double min, p10, p25, med, p75, max;
+	int dropped; /* windows left out as disturbed (bench_phase_run) */
 };
 void bench_stat_compute(double *v, int n, struct bench_stat *s);
 

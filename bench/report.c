@@ -32,14 +32,15 @@ void bench_write_csv(const struct bench_ctx *ctx, const char *path)
 		return;
 	}
 	fprintf(f, "workload,variant,topology,contender,unit,headline_stat,headline,windows,"
-		   "min,p10,p25,median,p75,max\n");
+		   "min,p10,p25,median,p75,max,dropped_disturbed\n");
 	for (int i = 0; i < ctx->nres; i++) {
 		const struct bench_result *r = &ctx->res[i];
 		const struct bench_stat *s = &r->st;
 
-		fprintf(f, "%s,%s,%s,%s,%s,%s,%.4g,%d,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g\n", r->workload,
-			r->variant, r->topo, r->contender, r->unit, bench_head_name(r->head),
-			bench_headline(r), s->n, s->min, s->p10, s->p25, s->med, s->p75, s->max);
+		fprintf(f, "%s,%s,%s,%s,%s,%s,%.4g,%d,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%d\n",
+			r->workload, r->variant, r->topo, r->contender, r->unit,
+			bench_head_name(r->head), bench_headline(r), s->n, s->min, s->p10, s->p25,
+			s->med, s->p75, s->max, s->dropped);
 	}
 	fclose(f);
 }
@@ -259,8 +260,9 @@ static void matrix(FILE *f, const struct bench_ctx *ctx, const char *wl, const c
 static void spread_table(FILE *f, const struct bench_ctx *ctx, const char *wl)
 {
 	fprintf(f, "<details><summary>Spread over the windows (all figures)</summary>\n\n");
-	fprintf(f, "| variant | series | contender | unit | windows | min | p10 | p25 | median | "
-		   "p75 | max |\n|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+	fprintf(f, "| variant | series | contender | unit | windows (+ left out as disturbed) | "
+		   "min | p10 | p25 | median | p75 | max |\n"
+		   "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
 	for (int j = 0; j < ctx->nres; j++) {
 		const struct bench_result *r = &ctx->res[j];
 		char b[6][32];
@@ -273,8 +275,9 @@ static void spread_table(FILE *f, const struct bench_ctx *ctx, const char *wl)
 		fmt_num(b[3], 32, r->st.med);
 		fmt_num(b[4], 32, r->st.p75);
 		fmt_num(b[5], 32, r->st.max);
-		fprintf(f, "| %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s |\n", r->variant,
-			r->topo, r->contender, r->unit, r->st.n, b[0], b[1], b[2], b[3], b[4], b[5]);
+		fprintf(f, "| %s | %s | %s | %s | %d (+%d) | %s | %s | %s | %s | %s | %s |\n",
+			r->variant, r->topo, r->contender, r->unit, r->st.n, r->st.dropped, b[0], b[1],
+			b[2], b[3], b[4], b[5]);
 	}
 	fprintf(f, "\n</details>\n\n");
 }

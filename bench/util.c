@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -137,9 +138,9 @@ void bench_record(struct bench_ctx *ctx, const char *wl, const char *variant, co
 	r->st = *st;
 	if (ctx->child) {
 		/* The parent parses this (bench_spawn_child). */
-		printf("R\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\n",
+		printf("R\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\t%d\n",
 		       r->workload, r->variant, r->topo, r->contender, r->unit, (int)head, st->n,
-		       st->min, st->p10, st->p25, st->med, st->p75, st->max);
+		       st->min, st->p10, st->p25, st->med, st->p75, st->max, st->dropped);
 		fflush(stdout);
 	}
 }
@@ -300,6 +301,19 @@ void bench_progress_done(struct bench_ctx *ctx)
 	}
 }
 
+/* ---- disturbance -------------------------------------------------------------- */
+
+/* Involuntary context switches of the workload's threads, summed: pair
+ * threads add theirs when they finish; the phase adds the main thread's. */
+static _Atomic unsigned long pair_preempted;
+
+static unsigned long thread_preempted(void)
+{
+	struct rusage ru;
+
+	return getrusage(RUSAGE_THREAD, &ru) ? 0 : (unsigned long)ru.ru_nivcsw;
+}
+
 /* ---- phases ----------------------------------------------------------------- */
 
 #define PHASE_MAX 16
@@ -324,6 +338,7 @@ void bench_phase_run(struct bench_ctx *ctx, const struct bench_phase *ph)
 	struct bench_pool pools[PHASE_MAX];
 	uint64_t n[PHASE_MAX];
 	double *v[PHASE_MAX];
+	bool *dist[PHASE_MAX];
 	bool ok[PHASE_MAX];
 	double window_ns = ctx->window_ms * 1e6;
 	uint64_t g = ph->granule ? ph->granule : 1;
@@ -355,6 +370,7 @@ void bench_phase_run(struct bench_ctx *ctx, const struct bench_phase *ph)
 
 		ok[i] = true;
 		v[i] = NULL;
+		dist[i] = NULL;
 		for (;;) {
 			bench_progress(ctx, "%s %s %s: calibrating %s", ph->workload, ph->variant,
 				       ph->topo, pools[i].a->name);
@@ -373,7 +389,8 @@ void bench_phase_run(struct bench_ctx *ctx, const struct bench_phase *ph)
 			ns = 0.01;
 		n[i] = round_up((uint64_t)(window_ns / ns) + 1, g);
 		v[i] = calloc((size_t)ph->reps, sizeof(double));
-		if (!v[i])
+		dist[i] = calloc((size_t)ph->reps, sizeof(bool));
+		if (!v[i] || !dist[i])
 			ok[i] = false;
 	}
 
@@ -386,7 +403,10 @@ void bench_phase_run(struct bench_ctx *ctx, const struct bench_phase *ph)
 				continue;
 			bench_progress(ctx, "%s %s %s: window %d/%d %s", ph->workload, ph->variant,
 				       ph->topo, r + 1, ph->reps, pools[i].a->name);
+			unsigned long pre = thread_preempted() + atomic_load(&pair_preempted);
+
 			v[i][r] = ph->fn(ph->state, &pools[i], n[i]);
+			dist[i][r] = thread_preempted() + atomic_load(&pair_preempted) != pre;
 			if (v[i][r] < 0) {
 				ok[i] = false;
 				bench_note(ctx, ph->workload, "%s %s: %s failed in window %d",
@@ -398,12 +418,31 @@ void bench_phase_run(struct bench_ctx *ctx, const struct bench_phase *ph)
 	for (int i = 0; i < np; i++) {
 		if (ok[i]) {
 			struct bench_stat st;
+			double *use = malloc((size_t)ph->reps * sizeof(double));
+			int clean = 0;
 
-			bench_stat_compute(v[i], ph->reps, &st);
+			/* Keep the undisturbed windows when there are enough of
+			 * them: a third of the windows, and at least 3. */
+			for (int r = 0; use && r < ph->reps; r++)
+				if (!dist[i][r])
+					use[clean++] = v[i][r];
+			if (use && clean >= 3 && 3 * clean >= ph->reps) {
+				bench_stat_compute(use, clean, &st);
+				st.dropped = ph->reps - clean;
+			} else {
+				bench_stat_compute(v[i], ph->reps, &st);
+				st.dropped = 0;
+				bench_note(ctx, ph->workload,
+					   "%s %s: %s: only %d of %d windows undisturbed by other "
+					   "processes; figures over all windows", ph->variant,
+					   ph->topo, pools[i].a->name, clean, ph->reps);
+			}
+			free(use);
 			bench_record(ctx, ph->workload, ph->variant, ph->topo, pools[i].a->name,
 				     ph->unit, ph->head, &st);
 		}
 		free(v[i]);
+		free(dist[i]);
 		if (ctx->profile && pools[i].kind == BK_SHEAF) {
 			char h[200];
 
@@ -426,9 +465,12 @@ struct pair_thread {
 static void *pair_main(void *x)
 {
 	struct pair_thread *t = x;
+	unsigned long before;
 
 	bench_pin_self(t->cpu);
+	before = thread_preempted();
 	t->fn(t->arg);
+	atomic_fetch_add(&pair_preempted, thread_preempted() - before);
 	return NULL;
 }
 
@@ -476,8 +518,9 @@ static int parse_record(struct bench_ctx *ctx, char *line)
 		bench_note(ctx, f[1], "%s", f[2]);
 		return 0;
 	}
-	if (nf != 14 || strcmp(f[0], "R"))
+	if (nf != 15 || strcmp(f[0], "R"))
 		return -1;
+	st.dropped = atoi(f[14]);
 	st.n = atoi(f[7]);
 	st.min = strtod(f[8], NULL);
 	st.p10 = strtod(f[9], NULL);
