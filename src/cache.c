@@ -599,10 +599,12 @@ SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **
 		while (done < n) {
 			struct sheaf_sheaf *m = pcs->main;
 			uint32_t take = (uint32_t)SHEAF_MIN((size_t)m->size, n - done);
-			memcpy(objs + done, m->objects + (m->size - take), take * sizeof(void *));
-			sheaf_wr(m->size, m->size - take);
-			done += take;
-			sheaf_stat_add(pcs, SHEAF_STAT_ALLOC_FASTPATH, take);
+			if (take) { /* never write to the shared sentinel */
+				memcpy(objs + done, m->objects + (m->size - take), take * sizeof(void *));
+				sheaf_wr(m->size, m->size - take);
+				done += take;
+				sheaf_stat_add(pcs, SHEAF_STAT_ALLOC_FASTPATH, take);
+			}
 			if (done == n)
 				break;
 			/* Swap in a spare or a barn sheaf, but do not refill a sheaf only to

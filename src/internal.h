@@ -100,7 +100,7 @@ static inline struct sheaf_slab *sheaf_page_slab(const void *p)
 	if (!__atomic_load_n(&sheaf_heap.pagemap[pg], __ATOMIC_ACQUIRE))
 		return NULL;
 	struct sheaf_slab *d = &sheaf_heap.desc[pg];
-	if (d->pg_kind == SHEAF_PG_TAIL)
+	if (sheaf_rd(d->pg_kind) == SHEAF_PG_TAIL)
 		d -= d->pg_head_delta;
 	return d;
 }

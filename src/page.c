@@ -130,7 +130,7 @@ static void block_release_locked(size_t blk)
 static void mark_free_locked(size_t pg, unsigned order, int nid, int dirty)
 {
 	struct sheaf_slab *d = &sheaf_heap.desc[pg];
-	d->pg_kind = SHEAF_PG_FREE;
+	sheaf_wr(d->pg_kind, SHEAF_PG_FREE);
 	d->pg_order = (uint8_t)order;
 	d->pg_node = (uint8_t)nid;
 	d->pg_dirty = (uint8_t)dirty;
@@ -181,7 +181,7 @@ void *sheaf_page_alloc(unsigned order, int nid)
 		sheaf_list_del(&d->sl_list);
 		pg = (size_t)(d - h->desc);
 		dirty = d->pg_dirty;
-		d->pg_kind = SHEAF_PG_UNUSED;
+		sheaf_wr(d->pg_kind, SHEAF_PG_UNUSED);
 	} else {
 		long blk = block_take_locked(nid);
 		if (blk < 0) {
@@ -212,10 +212,12 @@ void sheaf_page_free(void *p, unsigned order, int nid)
 	while (order < SHEAF_BLOCK_ORDER) {
 		size_t buddy = pg ^ (1ul << order);
 		struct sheaf_slab *bd = &h->desc[buddy];
-		if (bd->pg_kind != SHEAF_PG_FREE || bd->pg_order != order)
+		/* The buddy may be a live slab whose descriptor its owner writes without
+		 * this lock: read the kind atomically; pg_order of a FREE block is ours. */
+		if (sheaf_rd(bd->pg_kind) != SHEAF_PG_FREE || bd->pg_order != order)
 			break;
 		sheaf_list_del(&bd->sl_list);
-		bd->pg_kind = SHEAF_PG_UNUSED;
+		sheaf_wr(bd->pg_kind, SHEAF_PG_UNUSED);
 		dirty |= bd->pg_dirty;
 		pg &= ~(1ul << order);
 		order++;

@@ -71,15 +71,19 @@ static struct sheaf_slab *slab_new(struct sheaf_cache *c, struct sheaf_node *n, 
 	size_t pg = (size_t)(mem - sheaf_heap.base) >> SHEAF_PAGE_SHIFT;
 	struct sheaf_slab *s = &sheaf_heap.desc[pg];
 	uint32_t npages = 1u << c->order, nobj = c->objs_per_slab;
-	memset(s, 0, sizeof(*s));
+	/* Field by field, not memset: the page heap reads pg_kind of live descriptors
+	 * (buddy checks) under its own lock. */
 	s->sl_node = n;
 	s->sl_base = mem;
-	s->pg_kind = SHEAF_PG_SLAB;
+	s->pg_head_delta = 0;
 	s->pg_order = (uint8_t)c->order;
 	s->pg_node = (uint8_t)n->nid;
+	s->pg_dirty = 0;
+	s->sl_on_partial = 0;
+	sheaf_wr(s->pg_kind, SHEAF_PG_SLAB);
 	sheaf_list_init(&s->sl_list);
 	for (uint32_t i = 1; i < npages; i++) {
-		sheaf_heap.desc[pg + i].pg_kind = SHEAF_PG_TAIL;
+		sheaf_wr(sheaf_heap.desc[pg + i].pg_kind, SHEAF_PG_TAIL);
 		sheaf_heap.desc[pg + i].pg_head_delta = i;
 	}
 	sheaf_track_slab_open(c, mem, SHEAF_PAGE_SIZE << c->order);
@@ -116,10 +120,14 @@ static void slab_discard(struct sheaf_cache *c, struct sheaf_slab *s)
 	for (uint32_t i = 0; i < npages; i++)
 		__atomic_store_n(&sheaf_heap.pagemap[pg + i], 0, __ATOMIC_RELEASE);
 	for (uint32_t i = 1; i < npages; i++) {
-		sheaf_heap.desc[pg + i].pg_kind = SHEAF_PG_UNUSED;
+		sheaf_wr(sheaf_heap.desc[pg + i].pg_kind, SHEAF_PG_UNUSED);
 		sheaf_heap.desc[pg + i].pg_head_delta = 0;
 	}
-	memset(s, 0, sizeof(*s));
+	/* Not memset: a racing lookup of a stale pointer (a program's double free) may
+	 * still read this descriptor; sl_node stays valid for as long as the cache. */
+	atomic_store_explicit(&s->sl_fc, 0, memory_order_relaxed);
+	s->sl_on_partial = 0;
+	sheaf_wr(s->pg_kind, SHEAF_PG_UNUSED);
 	atomic_fetch_sub_explicit(&n->nr_slabs, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&c->bytes_returned, SHEAF_PAGE_SIZE << order, memory_order_relaxed);
 	sheaf_stat_atomic(c, SHEAF_STAT_FREE_SLAB, 1);
@@ -205,7 +213,7 @@ static void slab_free_chain(struct sheaf_cache *c, struct sheaf_slab *s, uint32_
 struct sheaf_slab *sheaf_slab_check_obj(struct sheaf_cache *c, const void *obj, const char *op)
 {
 	struct sheaf_slab *s = sheaf_page_slab(obj);
-	if (sheaf_unlikely(!s || s->pg_kind != SHEAF_PG_SLAB)) {
+	if (sheaf_unlikely(!s || sheaf_rd(s->pg_kind) != SHEAF_PG_SLAB)) {
 		sheaf_report_error(c, obj, "%s of a pointer Sheaf did not allocate:", op);
 		return NULL;
 	}
@@ -249,7 +257,7 @@ void sheaf_slab_free_bulk(struct sheaf_cache *c, void **objs, unsigned cnt)
 			continue;
 		struct sheaf_slab *s = sheaf_page_slab(p);
 		uint32_t head;
-		if (sheaf_unlikely(!s || s->pg_kind != SHEAF_PG_SLAB || s->sl_node->cache != c ||
+		if (sheaf_unlikely(!s || sheaf_rd(s->pg_kind) != SHEAF_PG_SLAB || s->sl_node->cache != c ||
 				   !index_in_slab(c, s, p, &head))) {
 			sheaf_slab_check_obj(c, p, "free"); /* reports what is wrong */
 			continue;
@@ -385,7 +393,10 @@ unsigned sheaf_slab_refill(struct sheaf_cache *c, struct sheaf_node *n, void **o
 		for (;;) {
 			uint64_t nw = SHEAF_FC_MAKE(SHEAF_FL_END, SHEAF_FC_OBJECTS(old), SHEAF_FC_OBJECTS(old),
 						    SHEAF_FC_FROZEN(old));
-			if (atomic_compare_exchange_weak_explicit(&s->sl_fc, &old, nw, memory_order_acquire,
+			/* acq_rel: a free that sees this slab full next takes list_lock and
+			 * puts it on the partial list; our list_del above must happen
+			 * before that. */
+			if (atomic_compare_exchange_weak_explicit(&s->sl_fc, &old, nw, memory_order_acq_rel,
 								  memory_order_relaxed))
 				break;
 		}
@@ -504,7 +515,7 @@ uint64_t sheaf_slab_node_release(struct sheaf_node *n)
 
 bool sheaf_slab_is_valid(struct sheaf_cache *c, struct sheaf_slab *s)
 {
-	if (s->pg_kind != SHEAF_PG_SLAB || s->sl_node == NULL || s->sl_node->cache != c)
+	if (sheaf_rd(s->pg_kind) != SHEAF_PG_SLAB || s->sl_node == NULL || s->sl_node->cache != c)
 		return false;
 	uint64_t fc = FC_LOAD(s);
 	uint32_t objects = SHEAF_FC_OBJECTS(fc), inuse = SHEAF_FC_INUSE(fc);
