@@ -31,6 +31,7 @@
 #pragma weak sheaf_malloc
 #pragma weak sheaf_free
 #pragma weak sheaf_stats_print
+#pragma weak sheaf_stats_get
 #pragma weak sheaf_global_stats_get
 #pragma weak sheaf_percpu_mode
 
@@ -293,6 +294,41 @@ void bench_pool_dump_stats(const struct bench_pool *p, FILE *f, const char *head
 	fprintf(f, "==== %s\n", heading);
 	sheaf_stats_print(p->cache, f);
 	fprintf(f, "\n");
+}
+
+const char bench_profile_header[] =
+	"| allocations | refill | flush | barn get | barn get fail | barn put | barn put fail | "
+	"barn trim | barn locks | slab alloc | slab free | KiB returned |";
+
+int bench_pool_profile(const struct bench_pool *p, char *buf, size_t len)
+{
+	struct sheaf_stats st;
+	double n, k;
+
+	if (p->kind != BK_SHEAF || !p->cache || !sheaf_stats_get)
+		return -1;
+	memset(&st, 0, sizeof(st));
+	st.size = sizeof(st);
+	if (sheaf_stats_get(p->cache, &st))
+		return -1;
+	n = (double)(st.events[SHEAF_STAT_ALLOC_FASTPATH] + st.events[SHEAF_STAT_ALLOC_SLOWPATH]);
+	if (n <= 0)
+		return -1;
+	k = 1000.0 / n;
+	/* Events per 1,000 allocations over the phase (its cache was created
+	 * for it): where the objects that missed the sheaves went. */
+	snprintf(buf, len,
+		 "| %.0f | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f |",
+		 n, k * (double)st.events[SHEAF_STAT_SHEAF_REFILL],
+		 k * (double)st.events[SHEAF_STAT_SHEAF_FLUSH],
+		 k * (double)st.events[SHEAF_STAT_BARN_GET],
+		 k * (double)st.events[SHEAF_STAT_BARN_GET_FAIL],
+		 k * (double)st.events[SHEAF_STAT_BARN_PUT],
+		 k * (double)st.events[SHEAF_STAT_BARN_PUT_FAIL],
+		 k * (double)st.events[SHEAF_STAT_BARN_TRIM], k * (double)st.barn_locks,
+		 k * (double)st.events[SHEAF_STAT_ALLOC_SLAB],
+		 k * (double)st.events[SHEAF_STAT_FREE_SLAB], k * (double)st.bytes_returned / 1024);
+	return 0;
 }
 
 int bench_sheaf_topology(unsigned *nodes, unsigned *memory_nodes, unsigned *cpus)

@@ -137,6 +137,11 @@ int bench_pool_open(struct bench_pool *p, const struct bench_alloc *a, size_t si
 void bench_pool_close(struct bench_pool *p);
 /* Sheaf's statistics of a Sheaf pool into @f (for the profile file). */
 void bench_pool_dump_stats(const struct bench_pool *p, FILE *f, const char *heading);
+/* The columns of bench_pool_profile(), as a Markdown header row. */
+extern const char bench_profile_header[];
+/* Sheaf's counters of a Sheaf pool per 1,000 allocations, as Markdown cells
+ * ("| a | b |..."); 0, or -1 when not a Sheaf pool or no statistics. */
+int bench_pool_profile(const struct bench_pool *p, char *buf, size_t len);
 /* Sheaf's view of the topology: 0, or -1 when Sheaf is not linked. */
 int bench_sheaf_topology(unsigned *nodes, unsigned *memory_nodes, unsigned *cpus);
 const char *bench_sheaf_mode(void);
@@ -257,6 +262,8 @@ struct bench_ctx {
 	int ntg, captg;
 	char *notes;          /* "workload\tline\n"... */
 	size_t notes_len, notes_cap;
+	char *profiles;       /* "workload\tvariant\ttopo\tcontender\tcells\n"... */
+	size_t prof_len, prof_cap;
 };
 
 void bench_record(struct bench_ctx *ctx, const char *wl, const char *variant, const char *topo,
@@ -273,6 +280,9 @@ double bench_best_peer(const struct bench_ctx *ctx, const char *wl, const char *
 void bench_target(struct bench_ctx *ctx, const char *wl, int met, const char *text,
 		  const char *detail_fmt, ...) BENCH_FMT(5, 6);
 void bench_note(struct bench_ctx *ctx, const char *wl, const char *fmt, ...) BENCH_FMT(3, 4);
+/* Keep one row of Sheaf's counters (bench_pool_profile) for the report. */
+void bench_profile(struct bench_ctx *ctx, const char *wl, const char *variant, const char *topo,
+		   const char *contender, const char *cells);
 /* True when @name is selected by --allocs (or no --allocs was given). */
 bool bench_alloc_selected(const struct bench_ctx *ctx, const char *name);
 

@@ -304,6 +304,43 @@ static void notes_of(FILE *f, const struct bench_ctx *ctx, const char *wl)
 		fprintf(f, "\n");
 }
 
+static void profiles_of(FILE *f, const struct bench_ctx *ctx, const char *wl)
+{
+	const char *s = ctx->profiles;
+	size_t wl_len = strlen(wl);
+	bool any = false;
+
+	while (s && *s) {
+		const char *nl = strchr(s, '\n');
+		size_t len = nl ? (size_t)(nl - s) : strlen(s);
+
+		if (len > wl_len && !strncmp(s, wl, wl_len) && s[wl_len] == '\t') {
+			char row[1024];
+			char *tok, *save = NULL, *fld[4];
+			int k = 0;
+
+			snprintf(row, sizeof(row), "%.*s", (int)(len - wl_len - 1), s + wl_len + 1);
+			for (tok = strtok_r(row, "\t", &save); tok && k < 4;
+			     tok = strtok_r(NULL, "\t", &save))
+				fld[k++] = tok;
+			if (k == 4) {
+				if (!any)
+					fprintf(f, "**Sheaf's counters per 1,000 allocations** "
+						   "(sheaf_stats_get after the phase; full dumps in "
+						   "[sheaf-stats.txt](sheaf-stats.txt)):\n\n"
+						   "| variant | series | contender %s\n"
+						   "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+						   "---:|---:|---:|---:|\n", bench_profile_header);
+				any = true;
+				fprintf(f, "| %s | %s | %s %s\n", fld[0], fld[1], fld[2], fld[3]);
+			}
+		}
+		s = nl ? nl + 1 : s + len;
+	}
+	if (any)
+		fprintf(f, "\n");
+}
+
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
@@ -447,6 +484,7 @@ void bench_write_report(const struct bench_ctx *ctx, const char *path, double el
 		}
 		if (!mem)
 			spread_table(f, ctx, wl->name);
+		profiles_of(f, ctx, wl->name);
 		notes_of(f, ctx, wl->name);
 		plots_of(f, ctx, wl->name);
 	}

@@ -236,6 +236,30 @@ void bench_note(struct bench_ctx *ctx, const char *wl, const char *fmt, ...)
 	ctx->notes_len += (size_t)sprintf(ctx->notes + ctx->notes_len, "%s\t%s\n", wl, line);
 }
 
+void bench_profile(struct bench_ctx *ctx, const char *wl, const char *variant, const char *topo,
+		   const char *contender, const char *cells)
+{
+	size_t need = strlen(wl) + strlen(variant) + strlen(topo) + strlen(contender) +
+		      strlen(cells) + 8;
+
+	if (ctx->child) {
+		printf("P\t%s\t%s\t%s\t%s\t%s\n", wl, variant, topo, contender, cells);
+		fflush(stdout);
+		return;
+	}
+	if (ctx->prof_len + need + 1 > ctx->prof_cap) {
+		size_t cap = (ctx->prof_cap + need) * 2 + 1024;
+		char *n = realloc(ctx->profiles, cap);
+
+		if (!n)
+			return;
+		ctx->profiles = n;
+		ctx->prof_cap = cap;
+	}
+	ctx->prof_len += (size_t)sprintf(ctx->profiles + ctx->prof_len, "%s\t%s\t%s\t%s\t%s\n",
+					 wl, variant, topo, contender, cells);
+}
+
 bool bench_alloc_selected(const struct bench_ctx *ctx, const char *name)
 {
 	const char *s = ctx->allocs;
@@ -443,6 +467,13 @@ void bench_phase_run(struct bench_ctx *ctx, const struct bench_phase *ph)
 		}
 		free(v[i]);
 		free(dist[i]);
+		if (ok[i] && pools[i].kind == BK_SHEAF) {
+			char cells[512];
+
+			if (!bench_pool_profile(&pools[i], cells, sizeof(cells)))
+				bench_profile(ctx, ph->workload, ph->variant, ph->topo,
+					      pools[i].a->name, cells);
+		}
 		if (ctx->profile && pools[i].kind == BK_SHEAF) {
 			char h[200];
 
@@ -516,6 +547,10 @@ static int parse_record(struct bench_ctx *ctx, char *line)
 	}
 	if (nf == 3 && !strcmp(f[0], "N")) {
 		bench_note(ctx, f[1], "%s", f[2]);
+		return 0;
+	}
+	if (nf == 6 && !strcmp(f[0], "P")) {
+		bench_profile(ctx, f[1], f[2], f[3], f[4], f[5]);
 		return 0;
 	}
 	if (nf != 15 || strcmp(f[0], "R"))
