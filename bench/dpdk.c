@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -33,6 +34,16 @@
 
 static int eal_state; /* 0 not tried, 1 up, -1 failed */
 static char eal_why[200];
+static char eal_rundir[512];
+
+/* The EAL leaves its (empty, with --no-shconf) runtime directory behind:
+ * clean up so that runs do not pile up directories in /var/run/dpdk. */
+static void eal_fini(void)
+{
+	rte_eal_cleanup();
+	if (eal_rundir[0])
+		rmdir(eal_rundir);
+}
 
 int bench_dpdk_init(char *why, size_t whylen)
 {
@@ -66,6 +77,8 @@ int bench_dpdk_init(char *why, size_t whylen)
 			eal_state = -1;
 		} else {
 			eal_state = 1;
+			snprintf(eal_rundir, sizeof(eal_rundir), "%s", rte_eal_get_runtime_dir());
+			atexit(eal_fini);
 		}
 	}
 	if (eal_state < 0)
