@@ -58,6 +58,21 @@ static size_t round_up(size_t n, size_t a)
 	return (n + a - 1) & ~(a - 1);
 }
 
+/* errno's address, cached per thread: `errno` is a call to __errno_location()
+ * in every use outside libc, which costs about a third of a malloc+free pair
+ * when free saves and restores it.  The address of a thread's errno never
+ * changes (the child of fork keeps the forking thread's), and zero-initialised
+ * TLS makes every new thread look it up once. */
+static __thread int *tls_errno;
+
+static inline int *errno_ptr(void)
+{
+	int *e = tls_errno;
+	if (unlikely(e == NULL))
+		tls_errno = e = &errno;
+	return e;
+}
+
 /* ---- Counters and error reports ---------------------------------------------- */
 
 /* Non-zero while this thread creates a class cache (holding sc_lock) or
@@ -165,11 +180,22 @@ static void fork_prepare(void);
 static void fork_parent(void);
 static void fork_child(void);
 
+/* sheaf_cache_of() inlined: the page map gives the owning cache node of any
+ * pointer in O(1), 0 for pointers outside Sheaf's slabs (DESIGN §1).  Saves
+ * two calls on every free. */
+static inline struct sheaf_cache *cache_of(const void *p)
+{
+	if (unlikely(atomic_load_explicit(&sheaf_g.init_state, memory_order_acquire) != 2))
+		return NULL;
+	uintptr_t k = sheaf_page_key(p);
+	return k ? ((struct sheaf_node *)k)->cache : NULL;
+}
+
 /* The class of a cache if it is one of ours, else -1.  The cache's object
  * size maps back to its class (checked at creation). */
 static inline int class_of_cache(const struct sheaf_cache *c)
 {
-	size_t sz = sheaf_cache_object_size(c);
+	size_t sz = c->object_size; /* sheaf_cache_object_size(), inlined */
 	if (unlikely(sz > SHEAF_SC_MAX))
 		return -1;
 	unsigned int i = sheaf_sc_index(sz);
@@ -632,13 +658,14 @@ void sheaf_free(void *p)
 {
 	if (unlikely(!p))
 		return;
-	int e = errno; /* free preserves errno (POSIX 2024; peers.md §3) */
-	struct sheaf_cache *c = sheaf_cache_of(p);
+	int *ep = errno_ptr();
+	int e = *ep; /* free preserves errno (POSIX 2024; peers.md §3) */
+	struct sheaf_cache *c = cache_of(p);
 	if (likely(c != NULL) && likely(class_of_cache(c) >= 0))
 		sheaf_cache_free(c, p);
 	else
 		free_slow(p, c, "free");
-	errno = e;
+	*ep = e;
 }
 
 void *sheaf_calloc(size_t nmemb, size_t size)
@@ -659,7 +686,7 @@ void *sheaf_calloc(size_t nmemb, size_t size)
 /* The usable size of @p, 0 if it is not ours (reported unless glibc's). */
 static size_t usable_size(const void *p, const char *fn)
 {
-	struct sheaf_cache *c = sheaf_cache_of(p);
+	struct sheaf_cache *c = cache_of(p);
 	if (likely(c != NULL)) {
 		if (likely(class_of_cache(c) >= 0))
 			return sheaf_cache_object_size(c);
@@ -693,7 +720,7 @@ void *sheaf_realloc(void *p, size_t n)
 		sheaf_free(p);
 		return NULL;
 	}
-	struct sheaf_cache *c = sheaf_cache_of(p);
+	struct sheaf_cache *c = cache_of(p);
 	size_t cur;
 	if (likely(c != NULL)) {
 		int i = class_of_cache(c);
@@ -769,8 +796,9 @@ void sheaf_free_sized(void *p, size_t size)
 {
 	if (unlikely(!p))
 		return;
-	int e = errno;
-	struct sheaf_cache *c = sheaf_cache_of(p);
+	int *ep = errno_ptr();
+	int e = *ep;
+	struct sheaf_cache *c = cache_of(p);
 	int i;
 	if (likely(c != NULL) && likely((i = class_of_cache(c)) >= 0)) {
 		/* Valid sizes: those whose class is i, and those from which an
@@ -791,7 +819,7 @@ void sheaf_free_sized(void *p, size_t size)
 	} else {
 		free_slow(p, c, "sheaf_free_sized");
 	}
-	errno = e;
+	*ep = e;
 }
 
 /* ---- POSIX and glibc conventions (malloc_internal.h) -------------------------------- */

@@ -57,11 +57,13 @@
 
 /* ---- Call counters -------------------------------------------------------------- */
 
-#define FOLD_EVERY 256u
+#define FOLD_EVERY 256u /* a power of two */
 
+/* Per-thread counts since the thread started; the part already added to the
+ * totals is remembered, so each call is one increment and one test. */
 struct tcount {
 	uint64_t mallocs, frees;
-	uint32_t pending;
+	uint64_t folded_mallocs, folded_frees;
 	uint32_t armed; /* the thread-exit key holds a value for this thread */
 };
 
@@ -72,10 +74,10 @@ static atomic_int fold_key_ok;
 
 static void fold(void)
 {
-	atomic_fetch_add_explicit(&total_mallocs, tc.mallocs, memory_order_relaxed);
-	atomic_fetch_add_explicit(&total_frees, tc.frees, memory_order_relaxed);
-	tc.mallocs = tc.frees = 0;
-	tc.pending = 0;
+	atomic_fetch_add_explicit(&total_mallocs, tc.mallocs - tc.folded_mallocs, memory_order_relaxed);
+	atomic_fetch_add_explicit(&total_frees, tc.frees - tc.folded_frees, memory_order_relaxed);
+	tc.folded_mallocs = tc.mallocs;
+	tc.folded_frees = tc.frees;
 }
 
 static void __attribute__((noinline)) fold_and_arm(void)
@@ -99,15 +101,13 @@ static void fold_at_exit(void *arg)
 
 static inline void count_malloc(void)
 {
-	tc.mallocs++;
-	if (unlikely(++tc.pending >= FOLD_EVERY))
+	if (unlikely((++tc.mallocs & (FOLD_EVERY - 1)) == 0))
 		fold_and_arm();
 }
 
 static inline void count_free(void)
 {
-	tc.frees++;
-	if (unlikely(++tc.pending >= FOLD_EVERY))
+	if (unlikely((++tc.frees & (FOLD_EVERY - 1)) == 0))
 		fold_and_arm();
 }
 
