@@ -18,7 +18,11 @@ set -uo pipefail
 ASAN_RUN_OPTIONS="detect_leaks=1:check_initialization_order=1:strict_init_order=1:abort_on_error=0"
 UBSAN_RUN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # halt_on_error: the first race fails the test with its report on top of the log.
-TSAN_RUN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
+# detect_deadlocks=0: TSan's lock-order detector tracks at most 64 locks held by one
+# thread, and Sheaf's fork handler holds every lock of every cache across fork()
+# (three per cache per node), which trips its internal CHECK.  Lock order is checked
+# by the design (docs/locking.md), not by TSan.
+TSAN_RUN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:detect_deadlocks=0"
 
 PRESETS=${SHEAF_TEST_PRESETS:-release asan tsan}
 JOBS=${SHEAF_JOBS:-2}
