@@ -58,19 +58,11 @@ static size_t round_up(size_t n, size_t a)
 	return (n + a - 1) & ~(a - 1);
 }
 
-/* errno's address, cached per thread: `errno` is a call to __errno_location()
- * in every use outside libc, which costs about a third of a malloc+free pair
- * when free saves and restores it.  The address of a thread's errno never
- * changes (the child of fork keeps the forking thread's), and zero-initialised
- * TLS makes every new thread look it up once. */
-static __thread int *tls_errno;
+__thread int *sheaf_malloc_tls_errno;
 
-static inline int *errno_ptr(void)
+int *sheaf_malloc_errno_slow(void)
 {
-	int *e = tls_errno;
-	if (unlikely(e == NULL))
-		tls_errno = e = &errno;
-	return e;
+	return sheaf_malloc_tls_errno = &errno;
 }
 
 /* ---- Counters and error reports ---------------------------------------------- */
@@ -172,37 +164,13 @@ report(const char *fn, const char *what, const void *ptr, const char *cache, siz
 
 /* ---- Class caches -------------------------------------------------------------- */
 
-static struct sheaf_cache *_Atomic sc_cache[SHEAF_SC_COUNT];
+struct sheaf_cache *_Atomic sheaf_malloc_classes[SHEAF_SC_COUNT];
 static pthread_mutex_t sc_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int fork_handlers_registered;
 
 static void fork_prepare(void);
 static void fork_parent(void);
 static void fork_child(void);
-
-/* sheaf_cache_of() inlined: the page map gives the owning cache node of any
- * pointer in O(1), 0 for pointers outside Sheaf's slabs (DESIGN §1).  Saves
- * two calls on every free. */
-static inline struct sheaf_cache *cache_of(const void *p)
-{
-	if (unlikely(atomic_load_explicit(&sheaf_g.init_state, memory_order_acquire) != 2))
-		return NULL;
-	uintptr_t k = sheaf_page_key(p);
-	return k ? ((struct sheaf_node *)k)->cache : NULL;
-}
-
-/* The class of a cache if it is one of ours, else -1.  The cache's object
- * size maps back to its class (checked at creation). */
-static inline int class_of_cache(const struct sheaf_cache *c)
-{
-	size_t sz = c->object_size; /* sheaf_cache_object_size(), inlined */
-	if (unlikely(sz > SHEAF_SC_MAX))
-		return -1;
-	unsigned int i = sheaf_sc_index(sz);
-	if (likely(atomic_load_explicit(&sc_cache[i], memory_order_relaxed) == c))
-		return (int)i;
-	return -1;
-}
 
 static void class_name(char *buf, unsigned int i)
 {
@@ -221,7 +189,7 @@ static struct sheaf_cache *__attribute__((noinline)) class_create(unsigned int i
 		return NULL;
 	int e = errno;
 	pthread_mutex_lock(&sc_lock);
-	struct sheaf_cache *c = atomic_load_explicit(&sc_cache[i], memory_order_acquire);
+	struct sheaf_cache *c = atomic_load_explicit(&sheaf_malloc_classes[i], memory_order_acquire);
 	if (!c) {
 		char name[32];
 		struct sheaf_cache_args args = {
@@ -233,14 +201,14 @@ static struct sheaf_cache *__attribute__((noinline)) class_create(unsigned int i
 		tls_creating--;
 		if (c) {
 			size_t osz = sheaf_cache_object_size(c);
-			/* class_of_cache() depends on this; the core only rounds
+			/* sheaf_malloc_class_of() depends on this; the core only rounds
 			 * sizes up to the alignment, which divides ours. */
 			if (osz < sheaf_sc_size[i] || sheaf_sc_index(osz) != i) {
 				report("malloc", "class cache has an unexpected object size", c,
 				       name, osz);
 				c = NULL;
 			} else {
-				atomic_store_explicit(&sc_cache[i], c, memory_order_release);
+				atomic_store_explicit(&sheaf_malloc_classes[i], c, memory_order_release);
 			}
 		}
 	}
@@ -615,7 +583,7 @@ static void *extent_resize(void *p, size_t len, size_t n)
 
 /* Free of a pointer that is no size-class object: an extent, bootstrap memory,
  * glibc's memory (preload only) or an error. */
-static void __attribute__((noinline)) free_slow(void *p, struct sheaf_cache *c, const char *fn)
+void sheaf_malloc_free_slow(void *p, struct sheaf_cache *c, const char *fn)
 {
 	if (c) {
 		report(fn, "pointer of a cache that is not malloc's", p, sheaf_cache_name(c), (size_t)-1);
@@ -639,33 +607,27 @@ static void __attribute__((noinline)) free_slow(void *p, struct sheaf_cache *c, 
 
 /* ---- The API ---------------------------------------------------------------------- */
 
+/* Slow path of sheaf_malloc_inline(): the class has no cache yet, or the
+ * request is an extent. */
+void *sheaf_malloc_slow(size_t n)
+{
+	if (n > SHEAF_SC_MAX)
+		return large_alloc(n, 0, false);
+	unsigned int i = sheaf_sc_index(n);
+	struct sheaf_cache *c = class_create(i);
+	if (!c)
+		return tls_creating ? boot_alloc(n, 0) : (errno = ENOMEM, NULL);
+	return sheaf_cache_alloc(c);
+}
+
 void *sheaf_malloc(size_t n)
 {
-	if (likely(n <= SHEAF_SC_MAX)) {
-		unsigned int i = sheaf_sc_index(n);
-		struct sheaf_cache *c = atomic_load_explicit(&sc_cache[i], memory_order_acquire);
-		if (unlikely(!c)) {
-			c = class_create(i);
-			if (!c)
-				return tls_creating ? boot_alloc(n, 0) : (errno = ENOMEM, NULL);
-		}
-		return sheaf_cache_alloc(c);
-	}
-	return large_alloc(n, 0, false);
+	return sheaf_malloc_inline(n);
 }
 
 void sheaf_free(void *p)
 {
-	if (unlikely(!p))
-		return;
-	int *ep = errno_ptr();
-	int e = *ep; /* free preserves errno (POSIX 2024; peers.md §3) */
-	struct sheaf_cache *c = cache_of(p);
-	if (likely(c != NULL) && likely(class_of_cache(c) >= 0))
-		sheaf_cache_free(c, p);
-	else
-		free_slow(p, c, "free");
-	*ep = e;
+	sheaf_free_inline(p);
 }
 
 void *sheaf_calloc(size_t nmemb, size_t size)
@@ -686,9 +648,9 @@ void *sheaf_calloc(size_t nmemb, size_t size)
 /* The usable size of @p, 0 if it is not ours (reported unless glibc's). */
 static size_t usable_size(const void *p, const char *fn)
 {
-	struct sheaf_cache *c = cache_of(p);
+	struct sheaf_cache *c = sheaf_malloc_cache_of(p);
 	if (likely(c != NULL)) {
-		if (likely(class_of_cache(c) >= 0))
+		if (likely(sheaf_malloc_class_of(c) >= 0))
 			return sheaf_cache_object_size(c);
 		report(fn, "pointer of a cache that is not malloc's", p, sheaf_cache_name(c),
 		       (size_t)-1);
@@ -720,10 +682,10 @@ void *sheaf_realloc(void *p, size_t n)
 		sheaf_free(p);
 		return NULL;
 	}
-	struct sheaf_cache *c = cache_of(p);
+	struct sheaf_cache *c = sheaf_malloc_cache_of(p);
 	size_t cur;
 	if (likely(c != NULL)) {
-		int i = class_of_cache(c);
+		int i = sheaf_malloc_class_of(c);
 		if (unlikely(i < 0)) {
 			report("realloc", "pointer of a cache that is not malloc's", p,
 			       sheaf_cache_name(c), (size_t)-1);
@@ -781,7 +743,7 @@ void *sheaf_aligned_alloc(size_t align, size_t n)
 		unsigned int i = sheaf_sc_index(n);
 		while (sheaf_sc_align(i) < align)
 			i++;
-		struct sheaf_cache *c = atomic_load_explicit(&sc_cache[i], memory_order_acquire);
+		struct sheaf_cache *c = atomic_load_explicit(&sheaf_malloc_classes[i], memory_order_acquire);
 		if (unlikely(!c)) {
 			c = class_create(i);
 			if (!c)
@@ -796,11 +758,11 @@ void sheaf_free_sized(void *p, size_t size)
 {
 	if (unlikely(!p))
 		return;
-	int *ep = errno_ptr();
+	int *ep = sheaf_malloc_errno_ptr();
 	int e = *ep;
-	struct sheaf_cache *c = cache_of(p);
+	struct sheaf_cache *c = sheaf_malloc_cache_of(p);
 	int i;
-	if (likely(c != NULL) && likely((i = class_of_cache(c)) >= 0)) {
+	if (likely(c != NULL) && likely((i = sheaf_malloc_class_of(c)) >= 0)) {
 		/* Valid sizes: those whose class is i, and those from which an
 		 * aligned allocation reaches class i. */
 		if (likely(size <= SHEAF_SC_MAX && sheaf_sc_index(size) == (unsigned int)i) ||
@@ -815,9 +777,9 @@ void sheaf_free_sized(void *p, size_t size)
 			report("sheaf_free_sized", "size does not match the allocation", p, NULL,
 			       size);
 		else
-			free_slow(p, c, "sheaf_free_sized");
+			sheaf_malloc_free_slow(p, c, "sheaf_free_sized");
 	} else {
-		free_slow(p, c, "sheaf_free_sized");
+		sheaf_malloc_free_slow(p, c, "sheaf_free_sized");
 	}
 	*ep = e;
 }

@@ -9,10 +9,90 @@
 #ifndef SHEAF_MALLOC_INTERNAL_H
 #define SHEAF_MALLOC_INTERNAL_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "internal.h"
 #include "sheaf_malloc.h"
+#include "sizeclass.h"
+
+/* ---- malloc.c: the fast paths, inline (STYLE R8) -------------------------------- */
+
+/* One cache per class, created on first use; written once (release). */
+extern struct sheaf_cache *_Atomic sheaf_malloc_classes[SHEAF_SC_COUNT];
+/* errno's address, cached per thread: `errno` is a call to __errno_location()
+ * in every use outside libc, which cost about a third of a malloc+free pair
+ * when free saved and restored it.  A thread's errno never moves (the child
+ * of fork keeps the forking thread's), and zero-initialised TLS makes every
+ * new thread look it up once. */
+extern __thread int *sheaf_malloc_tls_errno;
+int *sheaf_malloc_errno_slow(void);
+void *sheaf_malloc_slow(size_t n);
+/* free of anything but a size-class object: extents, bootstrap memory,
+ * glibc's memory (preload), errors.  @c: the owning cache if not malloc's. */
+void sheaf_malloc_free_slow(void *p, struct sheaf_cache *c, const char *fn)
+	__attribute__((noinline));
+
+static inline int *sheaf_malloc_errno_ptr(void)
+{
+	int *e = sheaf_malloc_tls_errno;
+	if (sheaf_unlikely(e == NULL))
+		e = sheaf_malloc_errno_slow();
+	return e;
+}
+
+/* sheaf_cache_of() inlined: the page map gives the owning cache node of any
+ * pointer in O(1), 0 for pointers outside Sheaf's slabs (DESIGN §1). */
+static inline struct sheaf_cache *sheaf_malloc_cache_of(const void *p)
+{
+	if (sheaf_unlikely(atomic_load_explicit(&sheaf_g.init_state, memory_order_acquire) != 2))
+		return NULL;
+	uintptr_t k = sheaf_page_key(p);
+	return k ? ((struct sheaf_node *)k)->cache : NULL;
+}
+
+/* The class of a cache if it is one of malloc's, else -1: its object size
+ * maps back to its class (checked when the class is created). */
+static inline int sheaf_malloc_class_of(const struct sheaf_cache *c)
+{
+	size_t sz = c->object_size;
+	if (sheaf_unlikely(sz > SHEAF_SC_MAX))
+		return -1;
+	unsigned int i = sheaf_sc_index(sz);
+	if (sheaf_likely(atomic_load_explicit(&sheaf_malloc_classes[i], memory_order_relaxed) == c))
+		return (int)i;
+	return -1;
+}
+
+/* sheaf_malloc(): a table lookup and the class cache's sheaf fast path. */
+static inline void *sheaf_malloc_inline(size_t n)
+{
+	if (sheaf_likely(n <= SHEAF_SC_MAX)) {
+		struct sheaf_cache *c = atomic_load_explicit(&sheaf_malloc_classes[sheaf_sc_index(n)],
+							     memory_order_acquire);
+		if (sheaf_likely(c != NULL))
+			return sheaf_cache_alloc(c);
+	}
+	return sheaf_malloc_slow(n);
+}
+
+/* sheaf_free(): owner lookup, class check, the cache's fast path; errno kept
+ * (POSIX 2024; peers.md §3). */
+static inline void sheaf_free_inline(void *p)
+{
+	if (sheaf_unlikely(p == NULL))
+		return;
+	int *ep = sheaf_malloc_errno_ptr();
+	int e = *ep;
+	struct sheaf_cache *c = sheaf_malloc_cache_of(p);
+	if (sheaf_likely(c != NULL) && sheaf_likely(sheaf_malloc_class_of(c) >= 0))
+		sheaf_cache_free(c, p);
+	else
+		sheaf_malloc_free_slow(p, c, "free");
+	*ep = e;
+}
 
 /* ---- malloc.c: POSIX / glibc conventions over the sheaf_* API ---------------- */
 

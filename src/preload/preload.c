@@ -178,14 +178,14 @@ void sheaf_preload_foreign_free(void *ptr)
 EXPORT void *malloc(size_t n)
 {
 	count_malloc();
-	return sheaf_malloc(n);
+	return sheaf_malloc_inline(n);
 }
 
 EXPORT void free(void *p)
 {
 	if (likely(p != NULL))
 		count_free();
-	sheaf_free(p);
+	sheaf_free_inline(p);
 }
 
 EXPORT void *calloc(size_t nmemb, size_t size)
@@ -276,7 +276,7 @@ static void *__attribute__((noinline)) cxx_new_failed(size_t n, size_t al, bool 
 static inline void *cxx_new(size_t n, size_t al, bool nothrow)
 {
 	count_malloc();
-	void *p = al ? sheaf_aligned_alloc(al, n) : sheaf_malloc(n);
+	void *p = al ? sheaf_aligned_alloc(al, n) : sheaf_malloc_inline(n);
 	if (likely(p != NULL))
 		return p;
 	return cxx_new_failed(n, al, nothrow);
@@ -286,7 +286,7 @@ static inline void cxx_delete(void *p)
 {
 	if (likely(p != NULL))
 		count_free();
-	sheaf_free(p);
+	sheaf_free_inline(p);
 }
 
 static inline void cxx_delete_sized(void *p, size_t n)
