@@ -68,6 +68,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <dlfcn.h>
+#include <execinfo.h>
 
 #include "sheaf.h"
 #include "sheaf_debug.h"
@@ -269,6 +270,10 @@ static void tracker_init(void)
 		return;
 	in_tracker++;
 	backing = sheaf_cache_create("debug-objects", sizeof(struct dobj), NULL);
+	/* glibc's backtrace() loads libgcc_s and allocates on first use; the
+	 * check_free report uses it inside the core's free path. */
+	void *prime[2];
+	backtrace(prime, 2);
 	in_tracker--;
 	if (!backing) {
 		static const char msg[] = "sheaf: debug-objects: cannot create the record cache; "
@@ -750,11 +755,12 @@ static bool report_allowed(void)
 }
 
 /* "sheaf: debug-objects: <op> <state> object <addr> type <name> ..." */
-static void report(const char *op, const struct snapshot *s, const void *caller)
+static void report_bt(const char *op, const struct snapshot *s, const void *caller,
+		      void *const *bt, int nbt)
 {
 	if (!report_allowed())
 		return;
-	char buf[768], site[192], from[192];
+	char buf[2048], site[192], from[192];
 	const char *name = s->descr && s->descr->name ? s->descr->name : "?";
 	const void *hint = s->descr && s->descr->debug_hint ? s->descr->debug_hint(s->addr) : NULL;
 	fmt_site(from, sizeof(from), caller);
@@ -770,6 +776,12 @@ static void report(const char *op, const struct snapshot *s, const void *caller)
 	if (supp && n < sizeof(buf))
 		n += (size_t)snprintf(buf + n, sizeof(buf) - n, " (%lu reports suppressed so far)",
 				      supp);
+	/* A free found by the core's hook: the program's frame is a few up. */
+	for (int i = 0; i < nbt && n < sizeof(buf); i++) {
+		fmt_site(site, sizeof(site), bt[i]);
+		n += (size_t)snprintf(buf + n, sizeof(buf) - n, "\nsheaf: debug-objects:   #%d %s", i,
+				      site);
+	}
 	if (n >= sizeof(buf) - 1)
 		n = sizeof(buf) - 2;
 	buf[n++] = '\n';
@@ -777,6 +789,11 @@ static void report(const char *op, const struct snapshot *s, const void *caller)
 	if (write(2, buf, n) < 0) {
 		/* stderr is gone: nothing to do */
 	}
+}
+
+static void report(const char *op, const struct snapshot *s, const void *caller)
+{
+	report_bt(op, s, caller, NULL, 0);
 }
 
 static bool fixup(bool (*fn)(void *, enum sheaf_debug_state), void *addr,
@@ -1010,10 +1027,24 @@ SHEAF_API enum sheaf_debug_state sheaf_debug_object_state(const void *addr)
 }
 
 /* Walk one bucket for records in [lo, hi): report active ones, drop all. */
+/* Walk one bucket for records in [lo, hi): report each active one once and
+ * run its fix-up (without the lock), then drop every record there -- also one
+ * a fix-up left active: the memory is going away. */
+#define CHECK_REPORTED_MAX 16
+
+static bool was_reported(const uintptr_t *r, int n, uintptr_t a)
+{
+	for (int i = 0; i < n; i++)
+		if (r[i] == a)
+			return true;
+	return false;
+}
+
 static void check_bucket(struct bucket *b, uintptr_t lo, uintptr_t hi, const void *caller)
 {
 	struct dobj *dead = NULL;
-	int rounds = 0;
+	uintptr_t reported[CHECK_REPORTED_MAX];
+	int nrep = 0;
 again:
 	bucket_lock(b);
 	for (struct dobj **pp = &b->head; *pp;) {
@@ -1023,14 +1054,24 @@ again:
 			pp = &o->next;
 			continue;
 		}
-		if (o->state == SHEAF_DEBUG_STATE_ACTIVE && rounds++ < 64) {
+		if (o->state == SHEAF_DEBUG_STATE_ACTIVE && nrep < CHECK_REPORTED_MAX &&
+		    !was_reported(reported, nrep, a)) {
 			struct snapshot s;
 			snap(&s, o);
 			bucket_unlock(b);
-			report("free", &s, caller);
-			/* The fix-up usually deactivates and frees the object;
-			 * look again either way.  A fix-up that leaves it active
-			 * is overruled below (rounds): the memory is going. */
+			reported[nrep++] = a;
+			/* The program's frame is a few above the core's free path
+			 * (@caller); backtrace() was primed at init. */
+			void *bt[12];
+			int nbt = backtrace(bt, 12), from = 0;
+			for (int i = 0; i < nbt; i++)
+				if (bt[i] == caller) {
+					from = i + 1;
+					break;
+				}
+			report_bt("free", &s, caller, bt + from, SHEAF_MIN(nbt - from, 5));
+			/* The fix-up usually deactivates and frees the object; the
+			 * bucket may have changed meanwhile: walk it again. */
 			if (s.descr)
 				fixup(s.descr->fixup_free, (void *)a, s.state);
 			goto again;

@@ -131,6 +131,19 @@ static bool site_in(const char *err, const char *op, void (*fn)(void *))
 	return pc > f && pc < f + 4096;
 }
 
+/* Some address printed in a "#n" backtrace line lies inside @fn. */
+static bool frame_in(const char *err, void (*fn)(void *))
+{
+	uintptr_t f = (uintptr_t)fn;
+	for (const char *p = err; (p = strstr(p, "debug-objects:   #")); p++) {
+		const char *x = strstr(p, "0x");
+		uintptr_t pc = x ? (uintptr_t)strtoull(x, NULL, 16) : 0;
+		if (pc > f && pc < f + 4096)
+			return true;
+	}
+	return false;
+}
+
 /* ---- One child per kind of misuse ----------------------------------------------- */
 
 static struct timerish obj;
@@ -269,6 +282,7 @@ static void test_sheaf_free_while_active(void)
 	snprintf(want, sizeof(want), "free active object %s type test_timer", addr);
 	CHECKF(strstr(r.err, want) != NULL, "no '%s' in: %s", want, r.err);
 	CHECK(strstr(r.err, "plain_obj") == NULL);
+	CHECKF(frame_in(r.err, child_sheaf_free_active), "no frame of the freeing function: %s", r.err);
 	CHECK(result_of(&r, "warnings") == 1);
 	CHECK(result_of(&r, "fixcalls") == 1);
 	CHECK(result_of(&r, "in_use") == 0);
