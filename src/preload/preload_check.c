@@ -239,10 +239,11 @@ static void check_fork_busy(void)
 			alarm(20); /* a deadlock in the child fails, not hangs */
 			void *v[2000];
 			for (int i = 0; i < 2000; i++) {
-				v[i] = malloc((size_t)(i * 37) % 70000 + 1);
+				size_t n = (size_t)(i * 37) % 70000 + 1;
+				v[i] = malloc(n);
 				if (!v[i])
 					_exit(3);
-				memset(v[i], 7, 16);
+				memset(v[i], 7, n < 16 ? n : 16);
 			}
 			for (int i = 0; i < 2000; i++)
 				free(v[i]);
