@@ -6,43 +6,45 @@
  *
  * ==== Path of an object ====
  * sheaf_cache_free_rcu() appends the object to the calling context's rcu_free sheaf
- * (K§4.2).  A full sheaf is detached and handed to call_rcu() as one unit; its
- * rcu_head overlays the sheaf's barn-list link, which a detached sheaf does not use (the
- * kernel's union in struct slab_sheaf), so submitting needs no allocation and cannot
- * fail.  After the grace period the callback (liburcu's call_rcu worker thread) puts it
- * into its node's barn as a *full* sheaf, so the objects are reused without touching
- * slabs, or, over the barn's limit, flushes it to slabs (K§4.3).  When no sheaf can be
- * had (no per-CPU state, no memory, a cache without sheaves) objects go to a per-cache
- * fallback batch of RCU_FALLBACK_BATCH pointers, one call_rcu per batch.  Only when not
- * even a batch can be allocated does free_rcu wait for a grace period itself, and only
- * where that is safe (free_sync()).
+ * (K§4.2).  A full sheaf is detached and submitted: it joins the cache's "next" list,
+ * and whenever the cache has no grace-period ticket in flight, a ticket takes the whole
+ * next list and is handed to call_rcu() as one unit.  After the grace period the ticket's
+ * callback (liburcu's call_rcu worker thread) puts each sheaf into its node's barn as a
+ * *full* sheaf, so the objects are reused without touching slabs, or, over the barn's
+ * limit, flushes it to slabs (K§4.3); then it launches the next ticket if sheaves queued
+ * up meanwhile.  When no sheaf can be had (no per-CPU state, no memory, a cache without
+ * sheaves) objects go to a per-cache fallback batch of RCU_FALLBACK_BATCH pointers, which
+ * is submitted like a sheaf: batched, never one call_rcu per object.  Only when not even
+ * a batch can be allocated does free_rcu wait for a grace period itself, and only where
+ * that is safe (free_sync()).
+ *
+ * Why tickets and not one call_rcu per sheaf (the kernel's way): a unit given to
+ * call_rcu() belongs to liburcu until its callback runs, and liburcu's worker runs its
+ * callbacks in batches at least 10 ms apart (it sleeps 10 ms after each batch, to
+ * batch).  A barrier that had to wait for those callbacks would cost ~10 ms whatever the
+ * cache.  With tickets, the sheaves stay on Sheaf's own lists, so the barrier can take
+ * them back.
  *
  * ==== Per-cache barrier (D5) ====
- * Every unit (sheaf or batch) in flight is counted in rcu_state.inflight[birth & 1],
- * where "birth" is the cache's barrier epoch read when the unit received its first
- * object (stored in sheaf->key, unused while a sheaf collects rcu objects, or in the
- * batch).  sheaf_cache_rcu_barrier() increments the epoch from E to E+1, detaches every
- * pcs's partly filled rcu_free sheaf and the fallback batch (each then counted under its
- * own birth <= E), and waits until inflight[E & 1] drains to zero.  Why that is enough:
- *  - an object whose free_rcu() returned before the barrier began is in a unit born at
- *    an epoch <= E (its birth was read before the object was added);
- *  - units born at E are counted before the barrier's walk has passed their pcs (a
- *    detach and its count happen under pcs->rcu_lock, the walk takes every rcu_lock
- *    after the increment) or by the walk itself;
- *  - units born at E-1 (the other slot) were all counted before the previous barrier's
- *    walk ended, and that barrier, serialised by barrier_mutex, waited for them;
- *  - no unit can be born at E+2 while this barrier holds barrier_mutex, so the slot it
- *    waits on only shrinks once the walk is over.
- * The walk holds sheaf_g.caches_lock so that a thread exiting concurrently (which
- * unlinks its pcs, then drains it, both under caches_lock) is either fully before or
- * fully after the walk.  Nothing here is global: the barrier never calls rcu_barrier()
- * and returns at once when the cache has nothing in flight.
+ * sheaf_cache_rcu_barrier(c) takes, under the locks that guard them, everything of @c
+ * that waits for a grace period: every pcs's partly filled rcu_free sheaf (walk under
+ * pcs->rcu_lock), the fallback batch and the next list (rcu_state.lock), and the ticket
+ * in flight if its callback has not started: the ticket's state goes OPEN -> ORPHANED
+ * by compare-and-swap, and a callback that finds its ticket ORPHANED only frees the
+ * ticket, never touching the cache.  Every object taken was freed before it was taken,
+ * so one synchronize_rcu() in the calling thread, started afterwards, is a grace period
+ * for all of them; the barrier then returns them itself.  If the ticket's callback won
+ * the race (RUNNING), the barrier waits for it to finish.  Nothing here is global: no
+ * rcu_barrier(), no other cache is looked at, and the barrier returns at once when the
+ * cache has nothing in flight.  The walk holds sheaf_g.caches_lock so that a thread
+ * exiting concurrently (which unlinks its pcs, then drains it, both under caches_lock)
+ * is either fully before or fully after it.
  *
- * For the comparison of seed 000, SHEAF_RCU_BARRIER=global makes the cache barrier
- * (and so destroy) do what kvfree_rcu_barrier() did before the per-cache fix: flush the
- * rcu sheaves of *every* cache, then rcu_barrier(); SHEAF_KERNEL_COMPAT does what Linux
- * 7.0 does (K§4.4): flush this cache's sheaves, then the global rcu_barrier().  Both
- * then also wait for this cache's count, which is zero by then unless a batch raced.
+ * For the comparison of seed 000, SHEAF_RCU_BARRIER=global makes the cache barrier (and
+ * so destroy) do what kvfree_rcu_barrier() did before the per-cache fix: submit the rcu
+ * sheaves of *every* cache, then rcu_barrier(); SHEAF_KERNEL_COMPAT does what Linux 7.0
+ * does (K§4.4): submit this cache's sheaves, then the global rcu_barrier().  Both then
+ * also run the per-cache steps above, which find (almost) nothing left.
  *
  * ==== liburcu's rules, and how they are kept ====
  *  - call_rcu() may be called without Sheaf locks only the first time: it creates the
@@ -50,7 +52,7 @@
  *    when Sheaf is the process's malloc).  rcu_use() therefore creates that worker
  *    (get_default_call_rcu_data()) before the first submission, outside every lock;
  *    afterwards call_rcu() is a wait-free enqueue plus a futex wake and is called under
- *    pcs->rcu_lock or rcu_state.lock, like the kernel's call_rcu before unlocking.
+ *    rcu_state.lock.
  *  - liburcu asks call_rcu() callers to be registered (QSBR: online).  The read-side
  *    lock it takes only protects per-CPU call_rcu workers, which liburcu frees only in
  *    free_all_cpu_call_rcu_data(); Sheaf cannot register threads for the program (QSBR
@@ -58,17 +60,18 @@
  *  - A barrier never waits inside a read-side critical section (memb/mb: reported as a
  *    caller error, it would deadlock); a QSBR thread that is online is put offline for
  *    the wait, as liburcu's own rcu_barrier() and synchronize_rcu() do.
- *  - rcu_barrier() allocates (calloc); it is only called with no Sheaf lock held.
+ *  - rcu_barrier() and synchronize_rcu() are only called with no Sheaf lock held
+ *    (rcu_barrier() allocates).
  *  - Callbacks run on the call_rcu worker and use only barn, slab and metadata
  *    functions, never a pcs, so they are correct in the per-thread and per-CPU modes.
  *
  * Lock order: rcu_state.barrier_mutex -> sheaf_g.caches_lock -> cache->pcs_lock ->
  * pcs->rcu_lock -> barn/list locks (getting an empty sheaf) -> rcu_state.lock ->
- * metadata locks.  Callbacks take barn or list locks and rcu_state.lock, never a pcs.
+ * metadata locks.  Callbacks take barn or list locks, then rcu_state.lock, never a pcs.
  *
  * TSan: the hand-off from the submitting thread to the callback goes through liburcu's
  * uninstrumented queue, so it is annotated with __tsan_release/__tsan_acquire on the
- * unit (tsan_release()/tsan_acquire() below).
+ * ticket (tsan_release()/tsan_acquire() below).
  */
 #include <errno.h>
 #include <string.h>
@@ -134,37 +137,39 @@ void __tsan_release(void *addr);
 #define tsan_release(p) ((void)(p))
 #endif
 
-/* A fallback batch on its way through a grace period. */
+/* A fallback batch: objects that could not use a sheaf. */
 struct rcu_batch {
-	struct rcu_head head; /* first: liburcu hands it back */
-	struct sheaf_cache *cache;
-	uint32_t epoch;       /* birth epoch */
+	struct rcu_batch *next; /* on a next list or a ticket */
 	uint32_t n;
 	void *objs[RCU_FALLBACK_BATCH];
 };
 
-struct rcu_state {
-	pthread_mutex_t lock;          /* protects inflight[] and fb; cv waits on it */
-	pthread_cond_t cv;
-	pthread_mutex_t barrier_mutex; /* serialises this cache's barriers */
-	atomic_uint epoch;             /* changed under lock and barrier_mutex, read anywhere */
-	long inflight[2];              /* units in flight by birth epoch parity; under lock */
-	struct rcu_batch *fb;          /* fallback batch being filled; under lock */
+/* Units (sheaves, batches) waiting for a grace period. */
+struct rcu_units {
+	struct sheaf_list sheaves;  /* through sheaf->link */
+	struct rcu_batch *batches;
+	long units;                 /* sheaves + batches */
 };
 
-/* A sheaf in flight (or collecting) keeps its birth epoch in ->key and its rcu_head over
- * ->link: neither is used by a sheaf that is not installed as main nor on a barn list. */
-_Static_assert(sizeof(struct rcu_head) <= sizeof(struct sheaf_list), "rcu_head must fit over sheaf->link");
-_Static_assert(_Alignof(struct rcu_head) <= _Alignof(struct sheaf_list), "rcu_head alignment");
+enum { TICKET_OPEN, TICKET_RUNNING, TICKET_ORPHANED };
 
-static inline struct rcu_head *sheaf_rcu_head(struct sheaf_sheaf *s)
-{
-	return (struct rcu_head *)(void *)&s->link;
-}
-static inline struct sheaf_sheaf *rcu_head_sheaf(struct rcu_head *h)
-{
-	return sheaf_container_of((struct sheaf_list *)(void *)h, struct sheaf_sheaf, link);
-}
+/* One call_rcu for every unit of a cache submitted since the previous one. */
+struct rcu_ticket {
+	struct rcu_head head;       /* liburcu hands it back */
+	struct sheaf_cache *cache;
+	atomic_int state;           /* OPEN -> RUNNING (callback) or ORPHANED (barrier) */
+	struct rcu_units u;         /* owned by whoever moved state out of OPEN */
+};
+
+struct rcu_state {
+	pthread_mutex_t lock;          /* protects everything below; cv waits on it */
+	pthread_cond_t cv;
+	pthread_mutex_t barrier_mutex; /* serialises this cache's barriers */
+	struct rcu_units next;         /* submitted, waiting for a ticket */
+	struct rcu_ticket *ticket;     /* in flight (OPEN or RUNNING), or NULL */
+	uint64_t ticket_seq;           /* launches so far */
+	struct rcu_batch *fb;          /* fallback batch being filled */
+};
 
 struct deferred_pages {
 	struct rcu_head head;
@@ -172,6 +177,30 @@ struct deferred_pages {
 	unsigned order;
 	int nid;
 };
+
+static inline void units_init(struct rcu_units *u)
+{
+	sheaf_list_init(&u->sheaves);
+	u->batches = NULL;
+	u->units = 0;
+}
+
+/* Move every unit of @from to the end of @to. */
+static void units_splice(struct rcu_units *to, struct rcu_units *from)
+{
+	struct sheaf_list *pos, *tmp;
+	sheaf_list_for_each_safe(pos, tmp, &from->sheaves)
+	{
+		sheaf_list_del(pos);
+		sheaf_list_add_tail(pos, &to->sheaves);
+	}
+	struct rcu_batch **tail = &to->batches;
+	while (*tail)
+		tail = &(*tail)->next;
+	*tail = from->batches;
+	to->units += from->units;
+	units_init(from);
+}
 
 /* ---- Flavour ----------------------------------------------------------------------- */
 
@@ -242,6 +271,7 @@ void sheaf_rcu_cache_init(struct sheaf_cache *c)
 		pthread_mutex_init(&st->lock, NULL);
 		pthread_cond_init(&st->cv, NULL);
 		pthread_mutex_init(&st->barrier_mutex, NULL);
+		units_init(&st->next);
 		c->rcu_priv = st;
 	}
 	/* Without st, free_rcu still works through free_sync().  A TYPESAFE_BY_RCU cache
@@ -255,9 +285,9 @@ void sheaf_rcu_cache_fini(struct sheaf_cache *c)
 	struct rcu_state *st = c->rcu_priv;
 	if (!st)
 		return;
-	/* Also waits for the last callback's unit_done() to leave st->lock. */
+	/* Also waits for the last callback to leave st->lock (ticket_cb()). */
 	pthread_mutex_lock(&st->lock);
-	sheaf_assert(st->inflight[0] == 0 && st->inflight[1] == 0 && !st->fb);
+	sheaf_assert(!st->ticket && !st->next.units && !st->fb);
 	pthread_mutex_unlock(&st->lock);
 	pthread_mutex_destroy(&st->lock);
 	pthread_cond_destroy(&st->cv);
@@ -299,27 +329,11 @@ static uint32_t objs_prepare(struct sheaf_cache *c, void **objs, uint32_t n)
 	return n;
 }
 
-static void unit_done(struct sheaf_cache *c, uint32_t epoch, long objs)
-{
-	struct rcu_state *st = c->rcu_priv;
-	/* Everything under st->lock, and nothing after it: a barrier that sees the counts
-	 * drop (waiting on inflight[], or reading the gauges for its early return) may
-	 * destroy the cache at once, and sheaf_rcu_cache_fini() takes st->lock first, so
-	 * it cannot free st before this critical section has ended. */
-	pthread_mutex_lock(&st->lock);
-	atomic_fetch_sub(&c->rcu_inflight_objects, objs);
-	atomic_fetch_sub(&c->rcu_inflight_sheaves, 1);
-	if (--st->inflight[epoch & 1] == 0)
-		pthread_cond_broadcast(&st->cv);
-	pthread_mutex_unlock(&st->lock);
-}
-
 /* A sheaf whose grace period ended joins its barn as a full sheaf (K§4.3).  Returns
  * the objects it carried. */
 static long sheaf_gp_done(struct sheaf_cache *c, struct sheaf_sheaf *s)
 {
 	long objs = s->size;
-	s->key = 0;
 	s->flags &= ~SHEAF_SH_RCU;
 	sheaf_list_init(&s->link);
 	sheaf_stat_atomic(c, SHEAF_STAT_RCU_SHEAF_DONE, 1);
@@ -351,52 +365,100 @@ static long batch_gp_done(struct sheaf_cache *c, struct rcu_batch *u)
 	return objs;
 }
 
-static void rcu_sheaf_cb(struct rcu_head *head)
+/* Return every unit of @u to the allocator (their grace period has ended); returns the
+ * objects they carried. */
+static long units_gp_done(struct sheaf_cache *c, struct rcu_units *u)
 {
-	struct sheaf_sheaf *s = rcu_head_sheaf(head);
-	tsan_acquire(s);
-	struct sheaf_cache *c = s->cache;
-	uint32_t epoch = (uint32_t)s->key;
-	long objs = sheaf_gp_done(c, s);
-	unit_done(c, epoch, objs);
+	long objs = 0;
+	struct sheaf_list *pos, *tmp;
+	sheaf_list_for_each_safe(pos, tmp, &u->sheaves)
+	{
+		struct sheaf_sheaf *s = sheaf_container_of(pos, struct sheaf_sheaf, link);
+		sheaf_list_del(&s->link);
+		objs += sheaf_gp_done(c, s);
+	}
+	while (u->batches) {
+		struct rcu_batch *b = u->batches;
+		u->batches = b->next;
+		objs += batch_gp_done(c, b);
+	}
+	return objs;
 }
 
-static void rcu_batch_cb(struct rcu_head *head)
+static void ticket_cb(struct rcu_head *head);
+
+/* Called with st->lock held: hand everything on the next list to a new ticket.  Without
+ * memory for a ticket the units stay on the list until the next submission, callback or
+ * barrier tries again. */
+static void ticket_launch_locked(struct sheaf_cache *c, struct rcu_state *st)
 {
-	struct rcu_batch *u = sheaf_container_of(head, struct rcu_batch, head);
-	tsan_acquire(u);
-	struct sheaf_cache *c = u->cache;
-	uint32_t epoch = u->epoch;
-	long objs = batch_gp_done(c, u);
-	unit_done(c, epoch, objs);
+	if (st->ticket || !st->next.units)
+		return;
+	struct rcu_ticket *t = sheaf_meta_alloc(sizeof(*t));
+	if (!t)
+		return;
+	t->cache = c;
+	atomic_init(&t->state, TICKET_OPEN);
+	units_init(&t->u);
+	units_splice(&t->u, &st->next);
+	st->ticket = t;
+	st->ticket_seq++;
+	tsan_release(t);
+	rcu_ops_cur()->call(&t->head, ticket_cb);
+}
+
+static void ticket_cb(struct rcu_head *head)
+{
+	struct rcu_ticket *t = sheaf_container_of(head, struct rcu_ticket, head);
+	tsan_acquire(t);
+	int expect = TICKET_OPEN;
+	if (!atomic_compare_exchange_strong(&t->state, &expect, TICKET_RUNNING)) {
+		/* A barrier took the units and returned them itself; the cache may be gone. */
+		sheaf_meta_free(t, sizeof(*t));
+		return;
+	}
+	struct sheaf_cache *c = t->cache;
+	struct rcu_state *st = c->rcu_priv;
+	long units = t->u.units;
+	long objs = units_gp_done(c, &t->u);
+	/* Everything that touches @c under st->lock, and nothing after it: a barrier that
+	 * sees this ticket finish (or the gauges drop, for its early return) may destroy the
+	 * cache at once, and sheaf_rcu_cache_fini() takes st->lock first. */
+	pthread_mutex_lock(&st->lock);
+	atomic_fetch_sub(&c->rcu_inflight_objects, objs);
+	atomic_fetch_sub(&c->rcu_inflight_sheaves, units);
+	st->ticket = NULL;
+	ticket_launch_locked(c, st);
+	pthread_cond_broadcast(&st->cv);
+	pthread_mutex_unlock(&st->lock);
+	sheaf_meta_free(t, sizeof(*t));
 }
 
 /* ---- Submission ---------------------------------------------------------------------- */
 
-/* Count a detached, non-empty sheaf under its birth epoch and hand it to call_rcu.
- * Called with pcs->rcu_lock held (see the top: counting under that lock is what the
- * barrier relies on; call_rcu under it is safe once rcu_use() warmed the flavour). */
+/* Submit a detached, non-empty sheaf (K§4.2 step 4, "before unlocking": the caller holds
+ * pcs->rcu_lock, so a barrier's walk finds the sheaf either there or submitted). */
 static void submit_sheaf(struct sheaf_cache *c, struct sheaf_sheaf *s)
 {
 	struct rcu_state *st = c->rcu_priv;
-	uint32_t epoch = (uint32_t)s->key;
-	pthread_mutex_lock(&st->lock);
-	st->inflight[epoch & 1]++;
-	pthread_mutex_unlock(&st->lock);
-	atomic_fetch_add(&c->rcu_inflight_sheaves, 1);
 	sheaf_stat_atomic(c, SHEAF_STAT_RCU_SHEAF_QUEUED, 1);
-	tsan_release(s);
-	rcu_ops_cur()->call(sheaf_rcu_head(s), rcu_sheaf_cb);
+	pthread_mutex_lock(&st->lock);
+	sheaf_list_add_tail(&s->link, &st->next.sheaves);
+	st->next.units++;
+	atomic_fetch_add(&c->rcu_inflight_sheaves, 1);
+	ticket_launch_locked(c, st);
+	pthread_mutex_unlock(&st->lock);
 }
 
-/* Called under st->lock: count @u and hand it to call_rcu. */
+/* Called under st->lock: submit a fallback batch. */
 static void submit_batch_locked(struct sheaf_cache *c, struct rcu_state *st, struct rcu_batch *u)
 {
-	st->inflight[u->epoch & 1]++;
-	atomic_fetch_add(&c->rcu_inflight_sheaves, 1);
 	sheaf_stat_atomic(c, SHEAF_STAT_RCU_FALLBACK_BATCH, 1);
-	tsan_release(u);
-	rcu_ops_cur()->call(&u->head, rcu_batch_cb);
+	u->next = st->next.batches;
+	st->next.batches = u;
+	st->next.units++;
+	atomic_fetch_add(&c->rcu_inflight_sheaves, 1);
+	ticket_launch_locked(c, st);
 }
 
 /* Last resort when not even a batch can be allocated: wait for a grace period here (the
@@ -418,7 +480,7 @@ static void free_sync(struct sheaf_cache *c, const struct rcu_ops *ops, void *ob
 	atomic_fetch_sub(&c->rcu_inflight_objects, 1);
 }
 
-/* The fallback (K§4.1's classic batching): batched, one call_rcu per batch. */
+/* The fallback (K§4.1's classic batching): batched, one unit per batch. */
 static void fallback_add(struct sheaf_cache *c, const struct rcu_ops *ops, void *obj)
 {
 	struct rcu_state *st = c->rcu_priv;
@@ -431,11 +493,7 @@ static void fallback_add(struct sheaf_cache *c, const struct rcu_ops *ops, void 
 	if (!u) {
 		/* Metadata allocation under st->lock: meta caches never take rcu locks. */
 		u = sheaf_meta_alloc(sizeof(*u));
-		if (u) {
-			u->cache = c;
-			u->epoch = atomic_load(&st->epoch);
-			st->fb = u;
-		}
+		st->fb = u;
 	}
 	if (u) {
 		u->objs[u->n++] = obj;
@@ -509,7 +567,6 @@ SHEAF_API void sheaf_cache_free_rcu(struct sheaf_cache *c, void *obj)
 		if (s) {
 			s->flags |= SHEAF_SH_RCU;
 			s->node = pcs->node;
-			s->key = atomic_load(&st->epoch); /* birth epoch, read under rcu_lock */
 			pcs->rcu_free = s;
 		}
 	}
@@ -548,7 +605,6 @@ static void flush_pcs(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 		submit_sheaf(c, s);
 	} else if (s) {
 		s->flags &= ~SHEAF_SH_RCU;
-		s->key = 0;
 		sheaf_sheaf_free(c, s);
 	}
 	pthread_mutex_unlock(&pcs->rcu_lock);
@@ -577,60 +633,89 @@ static void cache_flush_locked(struct sheaf_cache *c, void *arg)
 	fallback_flush(c);
 }
 
-/* What the per-cache barrier detached itself instead of submitting (see below). */
-struct claimed {
-	struct sheaf_list sheaves; /* through sheaf->link (a detached sheaf's link is free) */
-	struct rcu_batch *batch;
-	long objs;
+/* ---- Barriers (K§4.4, D5) ------------------------------------------------------------ */
+
+/* What a barrier took back: units it returns itself after its own grace period.  The
+ * partly filled pcs sheaves were never submitted (not in rcu_inflight_sheaves). */
+struct taken {
+	struct rcu_units u;
+	long submitted;
+	bool running;        /* a ticket's callback was running: wait for it */
+	uint64_t running_seq;
 };
 
-static void claim_one(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
+static void take_one(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
 {
-	struct claimed *cl = arg;
+	struct taken *tk = arg;
 	pthread_mutex_lock(&pcs->rcu_lock);
 	struct sheaf_sheaf *s = pcs->rcu_free;
 	pcs->rcu_free = NULL;
 	if (s && s->size) {
-		sheaf_list_add_tail(&s->link, &cl->sheaves);
-		cl->objs += s->size;
+		sheaf_stat_atomic(c, SHEAF_STAT_RCU_SHEAF_QUEUED, 1);
+		sheaf_list_add_tail(&s->link, &tk->u.sheaves);
+		tk->u.units++;
 	} else if (s) {
 		s->flags &= ~SHEAF_SH_RCU;
-		s->key = 0;
 		sheaf_sheaf_free(c, s);
 	}
 	pthread_mutex_unlock(&pcs->rcu_lock);
 }
 
-/*
- * The per-cache barrier does not hand the partly filled sheaves it detaches to call_rcu:
- * liburcu's worker runs its callbacks in batches at least 10 ms apart (it sleeps 10 ms
- * after each batch, to batch), so waiting for it would cost ~10 ms per destroy whatever
- * the cache.  Every object in them was freed before the detach, so one synchronize_rcu()
- * in the calling thread, started after the detach, is a full grace period for all of
- * them; the barrier then returns them itself.  Units submitted earlier (full sheaves) are
- * still in liburcu's queue and are waited for through the epoch count.
- */
-static void claimed_finish(struct sheaf_cache *c, const struct rcu_ops *ops, struct claimed *cl)
+/* Take back everything of @c that waits for a grace period (see the top). */
+static void cache_take(struct sheaf_cache *c, struct taken *tk)
 {
-	if (sheaf_list_empty(&cl->sheaves) && !cl->batch)
-		return;
-	ops->sync();
-	struct sheaf_list *pos, *tmp;
-	sheaf_list_for_each_safe(pos, tmp, &cl->sheaves)
-	{
-		struct sheaf_sheaf *s = sheaf_container_of(pos, struct sheaf_sheaf, link);
-		sheaf_list_del(&s->link);
-		sheaf_stat_atomic(c, SHEAF_STAT_RCU_SHEAF_QUEUED, 1); /* queued on this thread's GP */
-		sheaf_gp_done(c, s);
-	}
-	if (cl->batch) {
+	struct rcu_state *st = c->rcu_priv;
+	units_init(&tk->u);
+	tk->submitted = 0;
+	tk->running = false;
+	pthread_mutex_lock(&sheaf_g.caches_lock);
+	sheaf_pcs_for_each(c, take_one, tk);
+	pthread_mutex_unlock(&sheaf_g.caches_lock);
+
+	pthread_mutex_lock(&st->lock);
+	if (st->fb) {
+		struct rcu_batch *b = st->fb;
+		st->fb = NULL;
 		sheaf_stat_atomic(c, SHEAF_STAT_RCU_FALLBACK_BATCH, 1);
-		cl->objs += batch_gp_done(c, cl->batch);
+		b->next = tk->u.batches;
+		tk->u.batches = b;
+		tk->u.units++;
 	}
-	atomic_fetch_sub(&c->rcu_inflight_objects, cl->objs);
+	tk->submitted = st->next.units;
+	units_splice(&tk->u, &st->next);
+	struct rcu_ticket *t = st->ticket;
+	if (t) {
+		int expect = TICKET_OPEN;
+		if (atomic_compare_exchange_strong(&t->state, &expect, TICKET_ORPHANED)) {
+			/* The callback will only free the ticket. */
+			tk->submitted += t->u.units;
+			units_splice(&tk->u, &t->u);
+			st->ticket = NULL;
+		} else {
+			tk->running = true;
+			tk->running_seq = st->ticket_seq;
+		}
+	}
+	pthread_mutex_unlock(&st->lock);
 }
 
-/* ---- Barriers (K§4.4, D5) ------------------------------------------------------------ */
+/* One grace period in this thread, then return what was taken. */
+static void taken_finish(struct sheaf_cache *c, const struct rcu_ops *ops, struct taken *tk)
+{
+	if (tk->u.units) {
+		ops->sync();
+		long objs = units_gp_done(c, &tk->u);
+		atomic_fetch_sub(&c->rcu_inflight_sheaves, tk->submitted);
+		atomic_fetch_sub(&c->rcu_inflight_objects, objs);
+	}
+	if (tk->running) {
+		struct rcu_state *st = c->rcu_priv;
+		pthread_mutex_lock(&st->lock);
+		while (st->ticket && st->ticket_seq == tk->running_seq)
+			pthread_cond_wait(&st->cv, &st->lock);
+		pthread_mutex_unlock(&st->lock);
+	}
+}
 
 SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 {
@@ -652,42 +737,27 @@ SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 		return;
 
 	pthread_mutex_lock(&st->barrier_mutex);
-	pthread_mutex_lock(&st->lock);
-	uint32_t old = atomic_load(&st->epoch);
-	atomic_store(&st->epoch, old + 1);
-	pthread_mutex_unlock(&st->lock);
-
-	struct claimed cl = { .batch = NULL, .objs = 0 };
-	sheaf_list_init(&cl.sheaves);
-	pthread_mutex_lock(&sheaf_g.caches_lock);
-	if (all_caches) {
-		/* Seed 000 "before" (kvfree_rcu_barrier): flush the rcu sheaves of every cache. */
-		struct sheaf_list *pos;
-		for (pos = sheaf_g.caches.next; pos != &sheaf_g.caches; pos = pos->next)
-			cache_flush_locked(sheaf_container_of(pos, struct sheaf_cache, cache_list), NULL);
-		if (sheaf_list_empty(&c->cache_list))
-			cache_flush_locked(c, NULL); /* not linked (any more) */
-	} else if (global) {
-		cache_flush_locked(c, NULL); /* Linux 7.0: this cache's sheaves, via call_rcu */
-	} else {
-		sheaf_pcs_for_each(c, claim_one, &cl);
-		pthread_mutex_lock(&st->lock);
-		cl.batch = st->fb;
-		st->fb = NULL;
-		pthread_mutex_unlock(&st->lock);
-	}
-	pthread_mutex_unlock(&sheaf_g.caches_lock);
-	claimed_finish(c, ops, &cl);
-
-	/* K§4.4: the global rcu_barrier().  liburcu's returns at once inside a read-side
-	 * section; wait_prepare() excluded that and took an online QSBR thread offline. */
-	if (global)
+	if (global) {
+		pthread_mutex_lock(&sheaf_g.caches_lock);
+		if (all_caches) {
+			/* Seed 000 "before" (kvfree_rcu_barrier): every cache's rcu sheaves. */
+			struct sheaf_list *pos;
+			for (pos = sheaf_g.caches.next; pos != &sheaf_g.caches; pos = pos->next)
+				cache_flush_locked(sheaf_container_of(pos, struct sheaf_cache, cache_list), NULL);
+			if (sheaf_list_empty(&c->cache_list))
+				cache_flush_locked(c, NULL); /* not linked (any more) */
+		} else {
+			cache_flush_locked(c, NULL); /* Linux 7.0: this cache's sheaves */
+		}
+		pthread_mutex_unlock(&sheaf_g.caches_lock);
+		/* K§4.4: the global rcu_barrier().  liburcu's returns at once inside a
+		 * read-side section; wait_prepare() excluded that and took an online QSBR
+		 * thread offline. */
 		ops->barrier_all();
-
-	pthread_mutex_lock(&st->lock);
-	while (st->inflight[old & 1] != 0)
-		pthread_cond_wait(&st->cv, &st->lock);
-	pthread_mutex_unlock(&st->lock);
+	}
+	struct taken tk;
+	cache_take(c, &tk);
+	taken_finish(c, ops, &tk);
 	pthread_mutex_unlock(&st->barrier_mutex);
 	wait_finish(ops, online);
 }
@@ -702,9 +772,12 @@ SHEAF_API void sheaf_rcu_barrier(void)
 	int online = wait_prepare(ops, NULL);
 	if (online < 0)
 		return;
-	/* Every unit of every cache is handed to call_rcu under a lock this walk takes (or
-	 * before its free_rcu returned), so rcu_barrier() afterwards waits for all. */
+	/* Every cache's units are handed to call_rcu now or, behind a ticket in flight, by
+	 * that ticket's callback; two rcu_barrier() calls wait for both generations (the
+	 * second ticket is queued before the first rcu_barrier() returns).  This also waits
+	 * for the deferred page frees of TYPESAFE_BY_RCU caches. */
 	sheaf_cache_for_each(cache_flush_locked, NULL);
+	ops->barrier_all();
 	ops->barrier_all();
 	wait_finish(ops, online);
 }
