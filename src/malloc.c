@@ -343,10 +343,25 @@ static bool ext_insert(void *p, size_t len)
 	struct ext_shard *s = ext_shard_of(h);
 	bool ok = true;
 	pthread_mutex_lock(&s->lock);
-	if ((s->live + s->dead + 1) * 4 > s->cap * 3)
-		ok = ext_grow_locked(s);
+	/* Growing fails only when no memory is left; the table then fills
+	 * further, as long as an empty slot remains to end every probe. */
+	if ((s->live + s->dead + 1) * 4 > s->cap * 3 && !ext_grow_locked(s))
+		ok = s->live + s->dead + 2 <= s->cap;
 	if (ok) {
-		struct ext_slot *e = ext_find_locked(s, a, h);
+		/* @a is not in the table (it is a live mapping of ours): take
+		 * the first tombstone on its probe sequence, else the empty
+		 * slot that ends it. */
+		size_t mask = s->cap - 1;
+		struct ext_slot *e;
+		for (size_t i = (h >> 16) & mask;; i = (i + 1) & mask) {
+			e = &s->tab[i];
+			if (e->addr == EXT_DEAD) {
+				s->dead--;
+				break;
+			}
+			if (e->addr == EXT_EMPTY)
+				break;
+		}
 		e->addr = a;
 		e->len = len;
 		s->live++;
@@ -566,7 +581,7 @@ static void *extent_resize(void *p, size_t len, size_t n)
 	ext_lookup(p, true);
 	void *q = mremap(p, len, nlen, nlen < len ? 0 : MREMAP_MAYMOVE);
 	if (q == MAP_FAILED) {
-		ext_insert(p, len); /* a table slot was just freed: cannot fail */
+		ext_insert(p, len); /* its slot was just freed: cannot fail */
 		errno = ENOMEM;
 		return NULL;
 	}
