@@ -63,10 +63,12 @@ echo "early allocation and dlsym in a constructor: ok (both preload orders)"
 echo "== glibc"
 "$check" "$WORK/libtlsdemo.so" | tail -n 3
 "$checkxx" | tail -n 2
-echo "== libsheaf-malloc.so"
-out=$(preloaded "$check" "$WORK/libtlsdemo.so")
-echo "$out" | tail -n 3
-grep -q "served by sheaf-malloc" <<<"$out"
+for mode in auto thread; do
+	echo "== libsheaf-malloc.so, SHEAF_PERCPU=$mode"
+	out=$(SHEAF_PERCPU=$mode preloaded "$check" "$WORK/libtlsdemo.so")
+	echo "$out" | tail -n 3
+	grep -q "served by sheaf-malloc" <<<"$out"
+done
 out=$(preloaded "$checkxx")
 echo "$out" | tail -n 3
 grep -q "served by sheaf-malloc" <<<"$out"
