@@ -341,10 +341,21 @@ void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, sheaf_align_val_t al, const sh
 
 static char stats_dest[512]; /* SHEAF_MALLOC_STATS, copied at start */
 
+/* A child of fork counts its own calls (its line would otherwise repeat the
+ * parent's counts up to the fork). */
+static void counts_reset_in_child(void)
+{
+	atomic_store_explicit(&total_mallocs, 0, memory_order_relaxed);
+	atomic_store_explicit(&total_frees, 0, memory_order_relaxed);
+	tc.folded_mallocs = tc.mallocs;
+	tc.folded_frees = tc.frees;
+}
+
 static void __attribute__((constructor)) preload_start(void)
 {
 	if (pthread_key_create(&fold_key, fold_at_exit) == 0)
 		atomic_store_explicit(&fold_key_ok, 1, memory_order_release);
+	pthread_atfork(NULL, NULL, counts_reset_in_child);
 	const char *v = getenv("SHEAF_MALLOC_STATS");
 	if (v && *v && strcmp(v, "0") != 0) {
 		size_t n = strlen(v);
