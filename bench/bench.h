@@ -217,7 +217,8 @@ struct bench_ring {
 struct bench_stat {
 	int n;
 	double min, p10, p25, med, p75, max;
-	int dropped; /* windows left out as disturbed (bench_phase_run) */
+	int dropped;   /* windows left out as disturbed (bench_phase_run) */
+	int disturbed; /* windows disturbed; kept when too few were clean */
 };
 void bench_stat_compute(double *v, int n, struct bench_stat *s);
 

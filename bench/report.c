@@ -32,15 +32,15 @@ void bench_write_csv(const struct bench_ctx *ctx, const char *path)
 		return;
 	}
 	fprintf(f, "workload,variant,topology,contender,unit,headline_stat,headline,windows,"
-		   "min,p10,p25,median,p75,max,dropped_disturbed\n");
+		   "min,p10,p25,median,p75,max,dropped_disturbed,disturbed\n");
 	for (int i = 0; i < ctx->nres; i++) {
 		const struct bench_result *r = &ctx->res[i];
 		const struct bench_stat *s = &r->st;
 
-		fprintf(f, "%s,%s,%s,%s,%s,%s,%.4g,%d,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%d\n",
+		fprintf(f, "%s,%s,%s,%s,%s,%s,%.4g,%d,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%d,%d\n",
 			r->workload, r->variant, r->topo, r->contender, r->unit,
 			bench_head_name(r->head), bench_headline(r), s->n, s->min, s->p10, s->p25,
-			s->med, s->p75, s->max, s->dropped);
+			s->med, s->p75, s->max, s->dropped, s->disturbed);
 	}
 	fclose(f);
 }
@@ -260,24 +260,32 @@ static void matrix(FILE *f, const struct bench_ctx *ctx, const char *wl, const c
 static void spread_table(FILE *f, const struct bench_ctx *ctx, const char *wl)
 {
 	fprintf(f, "<details><summary>Spread over the windows (all figures)</summary>\n\n");
-	fprintf(f, "| variant | series | contender | unit | windows (+ left out as disturbed) | "
+	fprintf(f, "| variant | series | contender | unit | windows used | "
 		   "min | p10 | p25 | median | p75 | max |\n"
 		   "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
 	for (int j = 0; j < ctx->nres; j++) {
 		const struct bench_result *r = &ctx->res[j];
-		char b[6][32];
+		char b[6][32], used[64];
 
 		if (strcmp(r->workload, wl))
 			continue;
+		if (r->st.dropped)
+			snprintf(used, sizeof(used), "%d (%d disturbed left out)", r->st.n,
+				 r->st.dropped);
+		else if (r->st.disturbed)
+			snprintf(used, sizeof(used), "%d (%d disturbed, kept)", r->st.n,
+				 r->st.disturbed);
+		else
+			snprintf(used, sizeof(used), "%d", r->st.n);
 		fmt_num(b[0], 32, r->st.min);
 		fmt_num(b[1], 32, r->st.p10);
 		fmt_num(b[2], 32, r->st.p25);
 		fmt_num(b[3], 32, r->st.med);
 		fmt_num(b[4], 32, r->st.p75);
 		fmt_num(b[5], 32, r->st.max);
-		fprintf(f, "| %s | %s | %s | %s | %d (+%d) | %s | %s | %s | %s | %s | %s |\n",
-			r->variant, r->topo, r->contender, r->unit, r->st.n, r->st.dropped, b[0], b[1],
-			b[2], b[3], b[4], b[5]);
+		fprintf(f, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			r->variant, r->topo, r->contender, r->unit, used, b[0], b[1], b[2], b[3], b[4],
+			b[5]);
 	}
 	fprintf(f, "\n</details>\n\n");
 }
@@ -287,6 +295,21 @@ static void notes_of(FILE *f, const struct bench_ctx *ctx, const char *wl)
 	const char *s = ctx->notes;
 	size_t wl_len = strlen(wl);
 	bool any = false;
+	int kept = 0, rowsn = 0;
+
+	for (int j = 0; j < ctx->nres; j++) {
+		if (strcmp(ctx->res[j].workload, wl) || ctx->res[j].head == BH_VALUE)
+			continue;
+		rowsn++;
+		if (!ctx->res[j].st.dropped && ctx->res[j].st.disturbed)
+			kept++;
+	}
+	if (kept) {
+		fprintf(f, "Notes:\n\n- %d of %d figures had fewer than a third of their windows "
+			   "free of preemption by other processes; they are over all their windows "
+			   "(see the spread table).\n", kept, rowsn);
+		any = true;
+	}
 
 	while (s && *s) {
 		const char *nl = strchr(s, '\n');

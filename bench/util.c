@@ -138,9 +138,10 @@ void bench_record(struct bench_ctx *ctx, const char *wl, const char *variant, co
 	r->st = *st;
 	if (ctx->child) {
 		/* The parent parses this (bench_spawn_child). */
-		printf("R\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\t%d\n",
+		printf("R\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\t%.6g\t%d\t%d\n",
 		       r->workload, r->variant, r->topo, r->contender, r->unit, (int)head, st->n,
-		       st->min, st->p10, st->p25, st->med, st->p75, st->max, st->dropped);
+		       st->min, st->p10, st->p25, st->med, st->p75, st->max, st->dropped,
+		       st->disturbed);
 		fflush(stdout);
 	}
 }
@@ -454,13 +455,12 @@ void bench_phase_run(struct bench_ctx *ctx, const struct bench_phase *ph)
 				bench_stat_compute(use, clean, &st);
 				st.dropped = ph->reps - clean;
 			} else {
+				/* Too few clean windows: keep them all, and say so
+				 * (report.c counts these rows). */
 				bench_stat_compute(v[i], ph->reps, &st);
 				st.dropped = 0;
-				bench_note(ctx, ph->workload,
-					   "%s %s: %s: only %d of %d windows undisturbed by other "
-					   "processes; figures over all windows", ph->variant,
-					   ph->topo, pools[i].a->name, clean, ph->reps);
 			}
+			st.disturbed = ph->reps - clean;
 			free(use);
 			bench_record(ctx, ph->workload, ph->variant, ph->topo, pools[i].a->name,
 				     ph->unit, ph->head, &st);
@@ -553,9 +553,10 @@ static int parse_record(struct bench_ctx *ctx, char *line)
 		bench_profile(ctx, f[1], f[2], f[3], f[4], f[5]);
 		return 0;
 	}
-	if (nf != 15 || strcmp(f[0], "R"))
+	if (nf != 16 || strcmp(f[0], "R"))
 		return -1;
 	st.dropped = atoi(f[14]);
+	st.disturbed = atoi(f[15]);
 	st.n = atoi(f[7]);
 	st.min = strtod(f[8], NULL);
 	st.p10 = strtod(f[9], NULL);
