@@ -801,6 +801,20 @@ void sheaf_free_sized(void *p, size_t size)
 
 /* ---- POSIX and glibc conventions (malloc_internal.h) -------------------------------- */
 
+int sheaf_malloc_trim(void)
+{
+	size_t count, bytes;
+	sheaf_malloc_extent_cache_stat(&count, &bytes);
+	sheaf_malloc_extent_cache_drain();
+	for (unsigned int i = 0; i < SHEAF_SC_COUNT; i++) {
+		struct sheaf_cache *c = atomic_load_explicit(&sheaf_malloc_classes[i], memory_order_acquire);
+		if (c)
+			sheaf_cache_shrink(c);
+	}
+	/* The core does not say what shrink released: report the extents. */
+	return count != 0;
+}
+
 int sheaf_malloc_posix_memalign(void **memptr, size_t align, size_t size)
 {
 	if (align < sizeof(void *) || (align & (align - 1)) != 0)

@@ -109,6 +109,11 @@ void *sheaf_malloc_pvalloc(size_t size);
 /* reallocarray: nmemb * size overflow is ENOMEM, the old block kept. */
 void *sheaf_malloc_reallocarray(void *ptr, size_t nmemb, size_t size);
 
+/* malloc_trim (glibc): give cached extents back and shrink every class cache
+ * (sheaves, barns and empty slabs back to the OS).  1 if extents were
+ * released, else 0 (the core does not report what shrinking freed). */
+int sheaf_malloc_trim(void);
+
 /* Counters of the front end's own paths (not per call: see the preload
  * library for call counts).  Read racily; for tests and the stats line. */
 struct sheaf_malloc_counters {

@@ -241,6 +241,12 @@ EXPORT size_t malloc_usable_size(void *p)
 	return sheaf_usable_size(p);
 }
 
+EXPORT int malloc_trim(size_t pad)
+{
+	(void)pad; /* nothing is kept at a heap top: there is no top */
+	return sheaf_malloc_trim();
+}
+
 /* ---- C++ ----------------------------------------------------------------------------- */
 
 typedef void (*new_handler_fn)(void);

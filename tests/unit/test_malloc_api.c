@@ -12,6 +12,17 @@
 #include "malloc_internal.h"
 #include "sizeclass.h"
 
+#if defined(__SANITIZE_THREAD__)
+#define SANITIZE_THREAD 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SANITIZE_THREAD 1
+#endif
+#endif
+#ifndef SANITIZE_THREAD
+#define SANITIZE_THREAD 0
+#endif
+
 static bool aligned(const void *p, size_t a)
 {
 	return ((uintptr_t)p & (a - 1)) == 0;
@@ -462,6 +473,38 @@ static void t_extent_registry(void)
 	sheaf_malloc_extent_cache_drain();
 }
 
+/* malloc_trim gives memory back: RSS falls after a burst is freed. */
+static void t_trim(void)
+{
+	enum { N = 40000 };
+	static void *v[N];
+	size_t before = th_rss();
+	for (int i = 0; i < N; i++) {
+		v[i] = sheaf_malloc(1000 + (size_t)(i % 8) * 500); /* ~90 MB in classes */
+		REQUIRE(v[i] != NULL);
+		memset(v[i], 1, 1000);
+	}
+	void *big[8];
+	for (int i = 0; i < 8; i++) {
+		big[i] = sheaf_malloc(2 << 20);
+		memset(big[i], 1, 2 << 20);
+	}
+	size_t peak = th_rss();
+	for (int i = 0; i < N; i++)
+		sheaf_free(v[i]);
+	for (int i = 0; i < 8; i++)
+		sheaf_free(big[i]);
+	CHECK(sheaf_malloc_trim() == 1); /* the extents were cached */
+	size_t after = th_rss();
+	printf("# rss before %zu KiB, peak %zu KiB, after trim %zu KiB\n", before >> 10, peak >> 10,
+	       after >> 10);
+	CHECK(peak > before + (40u << 20));
+#if !SANITIZE_THREAD /* TSan's shadow of the freed pages stays resident */
+	CHECK(after < before + (peak - before) / 4);
+#endif
+	CHECK(sheaf_malloc_trim() == 0);
+}
+
 int main(void)
 {
 	RUN(t_basic_sizes);
@@ -475,5 +518,6 @@ int main(void)
 	RUN(t_misuse_reported);
 	RUN(t_extent_cache);
 	RUN(t_extent_registry);
+	RUN(t_trim);
 	return th_done();
 }
