@@ -60,6 +60,20 @@ done
 grep -c '^sheaf-malloc: ' "$WORK/early.txt" | grep -qx 2
 echo "early allocation and dlsym in a constructor: ok (both preload orders)"
 
+# Built as a replacement malloc must be (peers.md §3 item 6): initial-exec
+# TLS only (STATIC_TLS, no general-dynamic TLS relocation that would call
+# __tls_get_addr, which allocates) and no lazy binding (BIND_NOW).
+if command -v readelf >/dev/null; then
+	flags=$(readelf -d "$LIB" | sed -n 's/.*(FLAGS) *//p')
+	grep -q STATIC_TLS <<<"$flags" && grep -q BIND_NOW <<<"$flags" ||
+		{ echo "FAIL: $LIB flags '$flags' lack STATIC_TLS or BIND_NOW" >&2; exit 1; }
+	if readelf -rW "$LIB" | grep -q DTPMOD; then
+		echo "FAIL: $LIB has dynamic TLS relocations" >&2
+		exit 1
+	fi
+	echo "ELF flags: $flags, no dynamic TLS"
+fi
+
 echo "== glibc"
 "$check" "$WORK/libtlsdemo.so" | tail -n 3
 "$checkxx" | tail -n 2
