@@ -208,8 +208,10 @@ static void fmt_num(char *b, size_t n, double v)
 		snprintf(b, n, "%.0f", v);
 	else if (fabs(v) >= 10)
 		snprintf(b, n, "%.1f", v);
-	else
+	else if (fabs(v) >= 0.1 || v == 0)
 		snprintf(b, n, "%.2f", v);
+	else
+		snprintf(b, n, "%.3f", v);
 }
 
 enum cell { CELL_HEAD, CELL_X_MI, CELL_X_BEST, CELL_ABOVE_FLOOR };
@@ -250,7 +252,8 @@ static void matrix(FILE *f, const struct bench_ctx *ctx, const char *wl, const c
 				break;
 			}
 			fmt_num(b, sizeof(b), h);
-			fprintf(f, " %s%s |", b, what == CELL_X_MI || what == CELL_X_BEST ? "×" : "");
+			fprintf(f, " %s%s |", b,
+				!isnan(h) && (what == CELL_X_MI || what == CELL_X_BEST) ? "×" : "");
 		}
 		fprintf(f, "\n");
 	}
