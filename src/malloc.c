@@ -6,9 +6,10 @@
  *
  *  1. Size-class objects (<= 32 KiB, sizeclass.h): one Sheaf cache per class,
  *     created on first use, so malloc and free are the caches' per-CPU sheaf
- *     fast paths (K§2.1-2.6) plus a table lookup.  sheaf_cache_of() finds the
- *     owning cache of any pointer in O(1) (DESIGN §1), and a pointer whose
- *     cache is not one of ours is reported, never followed.
+ *     fast paths (K§2.1-2.6) plus a table lookup (inline, in
+ *     malloc_internal.h).  The page map finds the owning cache of any
+ *     pointer in O(1) (DESIGN §1), and a pointer whose cache is not one of
+ *     ours is reported, never followed.
  *  2. Extents (> 32 KiB, or alignment > 4 KiB): page-aligned anonymous
  *     mappings recorded in a sharded hash table keyed by address (no header,
  *     so a foreign pointer is never dereferenced).  Freed extents wait in a
