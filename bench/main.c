@@ -104,8 +104,15 @@ static void default_out(struct bench_ctx *ctx)
 
 	gmtime_r(&now, &tm);
 	strftime(stamp, sizeof(stamp), "%Y-%m-%d-%H%M", &tm);
-	if (!stat(SHEAF_BENCH_RESULTS, &st) && S_ISDIR(st.st_mode) &&
-	    !access(SHEAF_BENCH_RESULTS, W_OK))
+	/* bench/results of the source tree this driver was built from, when that
+	 * tree is here and writable (a build from a clone); else the current
+	 * directory (an installed driver). */
+	snprintf(base, sizeof(base), "%s", SHEAF_BENCH_RESULTS);
+	if (strrchr(base, '/'))
+		*strrchr(base, '/') = 0;
+	if ((!stat(SHEAF_BENCH_RESULTS, &st) && S_ISDIR(st.st_mode) &&
+	     !access(SHEAF_BENCH_RESULTS, W_OK)) ||
+	    (!stat(base, &st) && S_ISDIR(st.st_mode) && !access(base, W_OK)))
 		snprintf(base, sizeof(base), "%s", SHEAF_BENCH_RESULTS);
 	else
 		snprintf(base, sizeof(base), "sheaf-bench-results");
