@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "rseq.h"
 #include "track.h"
 
 struct sheaf_globals sheaf_g = {
@@ -479,7 +480,8 @@ static sheaf_noinline void *alloc_slow(struct sheaf_cache *c, const void *caller
 	return obj;
 }
 
-SHEAF_API void *sheaf_cache_alloc(struct sheaf_cache *c)
+/* Per-thread fast path (design §6, per-thread mode), then the slow path. */
+static inline void *alloc_thread(struct sheaf_cache *c, const void *caller)
 {
 	struct sheaf_pcs *pcs = sheaf_pcs_current(c);
 	if (sheaf_likely(pcs)) {
@@ -493,9 +495,32 @@ SHEAF_API void *sheaf_cache_alloc(struct sheaf_cache *c)
 			return o;
 		}
 	}
-	void *o = alloc_slow(c, __builtin_return_address(0));
+	void *o = alloc_slow(c, caller);
 	sheaf_track_obj_alloc(c, o);
 	return o;
+}
+
+#if SHEAF_HAVE_RSEQ
+static sheaf_noinline void *alloc_thread_noinline(struct sheaf_cache *c, const void *caller)
+{
+	return alloc_thread(c, caller);
+}
+#endif
+
+SHEAF_API void *sheaf_cache_alloc(struct sheaf_cache *c)
+{
+#if SHEAF_HAVE_RSEQ
+	/* Per-CPU fast path: a restartable sequence popping the current CPU's main
+	 * (rseq.h).  Empty, locked (sentinel), no rseq CPU, or aborted: slow. */
+	void *o;
+	SHEAF_RSEQ_POP(c, o, slow);
+	sheaf_track_obj_alloc(c, o);
+	return o;
+slow:
+	return alloc_thread_noinline(c, __builtin_return_address(0));
+#else
+	return alloc_thread(c, __builtin_return_address(0));
+#endif
 }
 
 static void free_to_slab(struct sheaf_cache *c, void *obj)
@@ -563,7 +588,8 @@ void sheaf_cache_free_slowpath(struct sheaf_cache *c, void *obj, struct sheaf_pc
 	sheaf_pcs_unlock(c, pcs);
 }
 
-SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj)
+/* Per-thread fast path (design §6, per-thread mode), then the slow path. */
+static inline void free_thread(struct sheaf_cache *c, void *obj)
 {
 	struct sheaf_pcs *pcs = sheaf_pcs_current(c);
 	uintptr_t key = sheaf_page_key(obj);
@@ -583,6 +609,46 @@ SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj)
 		}
 	}
 	sheaf_cache_free_slowpath(c, obj, NULL);
+}
+
+#if SHEAF_HAVE_RSEQ
+static sheaf_noinline void free_thread_noinline(struct sheaf_cache *c, void *obj) { free_thread(c, obj); }
+#endif
+
+SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj)
+{
+#if SHEAF_HAVE_RSEQ
+	/* Per-CPU fast path: a restartable sequence pushing onto the current CPU's main
+	 * (rseq.h).  The key test covers "this cache, this node, not the sentinel"; a
+	 * full, locked or absent main, a foreign pointer, an installed free-check hook
+	 * or an abort: slow.  Unlike the per-thread path there is no top-of-sheaf
+	 * double-free test here (20-instruction budget, docs/percpu.md); the slow path
+	 * and ASan builds still make it. */
+	if (SHEAF_TRACK_ENABLED) {
+		/* Valgrind/ASan builds: mark the object free before it can enter a sheaf,
+		 * only for an object of this cache, and undo it if the sequence fails
+		 * (the slow path marks it again). */
+		uintptr_t key = sheaf_page_key(obj);
+		if (!key || ((struct sheaf_node *)key)->cache != c || !sheaf_track_cache(c) ||
+		    sheaf_free_check_hook)
+			goto slow;
+		if (sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
+			sheaf_report_error(c, obj, "double free of");
+			return;
+		}
+		SHEAF_RSEQ_PUSH(c, obj, untrack);
+		return;
+untrack:
+		sheaf_track_obj_alloc(c, obj);
+		goto slow;
+	}
+	SHEAF_RSEQ_PUSH(c, obj, slow);
+	return;
+slow:
+	free_thread_noinline(c, obj);
+#else
+	free_thread(c, obj);
+#endif
 }
 
 /* ---- Bulk (K§2.8) ------------------------------------------------------------------ */

@@ -664,7 +664,7 @@ static void unlink_locked(struct bucket *b, struct dobj *o)
 static void start_tracking(void)
 {
 	__atomic_store_n(&tracking, true, __ATOMIC_RELEASE);
-	__atomic_store_n(&sheaf_free_check_hook, sheaf_debug_objects_check_free, __ATOMIC_RELEASE);
+	sheaf_free_check_hook_set(sheaf_debug_objects_check_free); /* also closes the per-CPU fast free */
 }
 
 /* Look up @addr's record, or start tracking it in state INIT.  Returns with

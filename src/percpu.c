@@ -1,11 +1,42 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * percpu.c - where a thread finds its sheaves, thread exit, and fork (design §6, §7).
+ * percpu.c - where a thread finds its sheaves, the per-CPU lock, thread exit, and fork
+ * (DESIGN §2, design §6, §7).
  *
- * Per-thread mode (DESIGN §2 "per-thread fallback"): each thread owns one struct
- * sheaf_pcs per cache it used, found by cache id in its struct sheaf_tcache.  Only the
- * owner touches a pcs's sheaves, so the "lock" is ownership itself; other threads
- * never reach into it, except:
+ * Per-CPU mode (the default where glibc registered rseq, see rseq.h): CPU k's sheaves
+ * are cache->cpu_pcs[k] (created by the first thread that locks CPU k), and its main
+ * sheaf is also published in cache->mainv[k + 2] for the restartable fast paths.
+ * mainv[k + 2] has three kinds of value:
+ *   - a real sheaf: CPU k is unlocked and that is its main (== cpu_pcs[k]->main);
+ *   - &pcpu_idle: unlocked, no main sheaf (before first use, after shrink);
+ *   - &sheaf_sentinel_sheaf: locked.  The holder keeps the real main in
+ *     cpu_pcs[k]->main (sheaf.c works on pcs->main) and unlocks with a store-release
+ *     of the possibly new main.
+ * Both sentinels have size 0, capacity 0 and key 0, so the fast paths send all three
+ * "empty", "full" and "locked" cases to the slow path with the same two tests.
+ *
+ * Who takes the lock, and how:
+ *   - the slow paths, on the calling thread's own CPU: sheaf_rseq_lock(), a
+ *     restartable sequence committed by `lock cmpxchg` (rseq.c).  Found held (or the
+ *     thread has no rseq CPU): NULL, and the caller uses the slab path (K§2.4), it
+ *     never waits;
+ *   - work on another CPU's sheaves (shrink, destroy, rcu barrier, statistics that
+ *     must be exact): lock_remote() exchanges mainv[k + 2] from m to the sentinel with
+ *     a plain compare-and-swap, then membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ,
+ *     CPU k) restarts any sequence still running on CPU k with m; after it returns the
+ *     caller owns m.  These callers may wait (sched_yield) for a holder: holders never
+ *     block on anything those callers hold (lock order, design §4: the per-CPU lock is
+ *     taken before barn, list and heap locks, and per-CPU mode never takes pcs_lock);
+ *   - fork: the prepare handler takes every per-CPU lock, so that no holder can be
+ *     halfway through changing a CPU's sheaves when the child is created.
+ * Thread exit needs nothing in per-CPU mode: no thread owns sheaves.
+ *
+ * Per-thread mode (DESIGN §2 "per-thread fallback"; forced by SHEAF_PERCPU=thread,
+ * and wherever rseq is missing): every entry of mainv is the sentinel, so the rseq
+ * fast path always fails, and each thread owns one struct sheaf_pcs per cache it used,
+ * found by cache id in its struct sheaf_tcache.  Only the owner touches a pcs's
+ * sheaves, so the "lock" is ownership itself; other threads never reach into it,
+ * except:
  *   - shrink sets flush_req, and the owner flushes at its next slow path;
  *   - destroy drains every pcs (the caller guarantees no concurrent use of the cache);
  *   - thread exit (the pthread key destructor) drains the thread's pcs into the barns;
@@ -14,9 +45,12 @@
  * destroy against thread exit (lock order: design §4).
  */
 #include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
+#include "rseq.h"
 
 static __thread struct sheaf_tcache *tls_tc;
 
@@ -31,12 +65,45 @@ static void thread_exit_cb(void *arg)
 	tls_tc = NULL;
 }
 
+/* Why the mode is what it is (SHEAF_VERBOSE, docs/percpu.md). */
+static char mode_why[192];
+
+/* Unlocked CPU without a main sheaf (see the top of this file). */
+static struct sheaf_sheaf pcpu_idle;
+
 int sheaf_percpu_init(void)
 {
 	sheaf_g.mode = SHEAF_MODE_PERTHREAD;
 	if (pthread_key_create(&sheaf_g.tkey, thread_exit_cb) != 0)
 		return -EAGAIN;
+	const char *opt = sheaf_option_str(SHEAF_OPT_PERCPU);
+	bool forced_thread = opt && !strcmp(opt, "thread");
+	bool forced_rseq = opt && !strcmp(opt, "rseq");
+	if (opt && !forced_thread && !forced_rseq && strcmp(opt, "auto"))
+		sheaf_os_print("sheaf: SHEAF_PERCPU=%s unknown (auto, rseq or thread): using auto", opt);
+	/* Always: sets the offset the fast path reads even in per-thread mode. */
+	int r = sheaf_rseq_init(mode_why, sizeof(mode_why));
+	if (forced_thread) {
+		snprintf(mode_why, sizeof(mode_why), "forced by SHEAF_PERCPU=thread");
+	} else if (r == 0) {
+		sheaf_g.mode = SHEAF_MODE_PERCPU;
+	} else if (forced_rseq) {
+		sheaf_os_print("sheaf: SHEAF_PERCPU=rseq is not available here (%s): using per-thread sheaves",
+			       mode_why);
+	}
+	if (sheaf_option_long(SHEAF_OPT_VERBOSE))
+		sheaf_os_print("sheaf: %s mode: %s", sheaf_g.mode == SHEAF_MODE_PERCPU ? "per-CPU" : "per-thread",
+			       mode_why);
 	return 0;
+}
+
+const char *sheaf_percpu_mode_reason(void) { return mode_why; }
+
+void sheaf_free_check_hook_set(void (*fn)(const void *obj, size_t size))
+{
+	__atomic_store_n(&sheaf_free_check_hook, fn, __ATOMIC_RELEASE);
+	/* Every free now reaches the slow path, which calls the hook (rseq.h). */
+	__atomic_store_n(&sheaf_rseq_free_limit, fn ? 0 : sheaf_heap.size, __ATOMIC_RELEASE);
 }
 
 static struct sheaf_tcache *tcache_create(void)
@@ -110,8 +177,148 @@ static inline struct sheaf_pcs *thread_pcs(struct sheaf_cache *c)
 	return pcs;
 }
 
+/* ---- Per-CPU mode: the lock (design §6) ------------------------------------------- */
+
+/* A CPU's pcs, with the holder of its lock recorded (fork checks it, and a debugger
+ * can tell who holds a CPU). */
+struct cpu_pcs {
+	struct sheaf_pcs pcs;
+	pthread_t holder; /* valid while the CPU is locked */
+};
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+static inline struct sheaf_sheaf **cpu_slot(struct sheaf_cache *c, int k) { return &c->mainv[k + 2]; }
+
+static inline struct sheaf_pcs *cpu_pcs_get(struct sheaf_cache *c, int k)
+{
+	return __atomic_load_n(&c->cpu_pcs[k], __ATOMIC_ACQUIRE);
+}
+
+/* First lock of CPU k by anyone: its pcs.  Only the holder of CPU k's lock creates
+ * it, so there is no race; remote lockers see it through the lock word. */
+static struct sheaf_pcs *cpu_pcs_create(struct sheaf_cache *c, int k)
+{
+	struct cpu_pcs *cp = sheaf_meta_alloc(sizeof(*cp));
+	if (!cp)
+		return NULL;
+	struct sheaf_pcs *pcs = &cp->pcs;
+	pcs->main = &sheaf_sentinel_sheaf;
+	pcs->slot = k;
+	pcs->node = sheaf_cpu_to_node(k);
+	pcs->cache = c;
+	pcs->key = (uintptr_t)c->node[sheaf_g.node_mem_nid[pcs->node]];
+	pthread_mutex_init(&pcs->rcu_lock, NULL);
+	sheaf_list_init(&pcs->link);
+	__atomic_store_n(&c->cpu_pcs[k], pcs, __ATOMIC_RELEASE);
+	return pcs;
+}
+
+/* CPU k's slot now holds the sentinel and @m was its value: the holder's view. */
+static struct sheaf_pcs *cpu_locked(struct sheaf_cache *c, int k, struct sheaf_sheaf *m, bool create)
+{
+	struct sheaf_pcs *pcs = cpu_pcs_get(c, k);
+	if (!pcs && create)
+		pcs = cpu_pcs_create(c, k);
+	if (!pcs)
+		return NULL;
+	/* While unlocked, the slot and pcs->main name the same sheaf. */
+	sheaf_assert_internal(m == &pcpu_idle ? pcs->main == &sheaf_sentinel_sheaf : pcs->main == m);
+	pcs->main = m == &pcpu_idle ? &sheaf_sentinel_sheaf : m;
+	((struct cpu_pcs *)pcs)->holder = pthread_self();
+	return pcs;
+}
+
+/* Release CPU k: publish its (possibly new) main with a store-release; @pcs NULL
+ * means CPU k never had sheaves and goes back to idle. */
+static void cpu_unlock_slot(struct sheaf_cache *c, int k, struct sheaf_pcs *pcs)
+{
+	struct sheaf_sheaf *m = pcs ? pcs->main : &pcpu_idle;
+	if (m == &sheaf_sentinel_sheaf)
+		m = &pcpu_idle;
+	if (pcs)
+		((struct cpu_pcs *)pcs)->holder = 0;
+	__atomic_store_n(cpu_slot(c, k), m, __ATOMIC_RELEASE);
+}
+
+/* The slow paths: lock the calling thread's current CPU, or NULL (held, no rseq CPU,
+ * no memory for its pcs): the caller takes the slab path and never waits. */
+static struct sheaf_pcs *cpu_lock_local(struct sheaf_cache *c)
+{
+	if (!c->cpu_pcs)
+		return NULL;
+	struct sheaf_sheaf *m;
+	int k = sheaf_rseq_lock(c->mainv, &sheaf_sentinel_sheaf, &m);
+	if (k < 0)
+		return NULL;
+	sheaf_assert_internal(k < sheaf_g.ncpus);
+	struct sheaf_pcs *pcs = cpu_locked(c, k, m, true);
+	if (!pcs) {
+		cpu_unlock_slot(c, k, NULL);
+		return NULL;
+	}
+	sheaf_pcs_harvest(pcs);
+	return pcs;
+}
+
+/* Lock CPU k from any CPU: compare-and-swap its slot to the sentinel (waiting for a
+ * holder to finish), then, with @fence, restart every sequence still running on CPU k
+ * with the old main (membarrier).  Returns the value replaced. */
+static struct sheaf_sheaf *cpu_lock_slot_remote(struct sheaf_cache *c, int k, bool fence)
+{
+	struct sheaf_sheaf **slot = cpu_slot(c, k);
+	for (unsigned spin = 0;; spin++) {
+		struct sheaf_sheaf *m = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+		if (m != &sheaf_sentinel_sheaf &&
+		    __atomic_compare_exchange_n(slot, &m, &sheaf_sentinel_sheaf, false, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE)) {
+			/* The idle sheaf is never written by a fast path (size and capacity
+			 * 0), so taking it needs no fence. */
+			if (fence && m != &pcpu_idle)
+				sheaf_rseq_fence(k);
+			return m;
+		}
+		if (spin < 64)
+			cpu_relax();
+		else
+			sched_yield();
+	}
+}
+
+/* Remote lock with the pcs view and the statistics harvested; NULL when CPU k never
+ * had sheaves (still locked: release with cpu_unlock_remote). */
+static struct sheaf_pcs *cpu_lock_remote(struct sheaf_cache *c, int k)
+{
+	struct sheaf_sheaf *m = cpu_lock_slot_remote(c, k, true);
+	struct sheaf_pcs *pcs = cpu_locked(c, k, m, false);
+	if (pcs)
+		sheaf_pcs_harvest(pcs);
+	return pcs;
+}
+
+static void cpu_unlock_remote(struct sheaf_cache *c, int k, struct sheaf_pcs *pcs)
+{
+	if (pcs)
+		sheaf_pcs_rebase(pcs);
+	cpu_unlock_slot(c, k, pcs);
+}
+
+static bool percpu_cache(const struct sheaf_cache *c)
+{
+	return sheaf_g.mode == SHEAF_MODE_PERCPU && c->cpu_pcs;
+}
+
+/* ---- Lock and unlock, both modes ------------------------------------------------------ */
+
 struct sheaf_pcs *sheaf_pcs_lock(struct sheaf_cache *c)
 {
+	if (sheaf_g.mode == SHEAF_MODE_PERCPU)
+		return cpu_lock_local(c);
 	struct sheaf_pcs *pcs = thread_pcs(c);
 	if (!pcs)
 		return NULL;
@@ -131,8 +338,9 @@ struct sheaf_pcs *sheaf_pcs_lock(struct sheaf_cache *c)
 
 void sheaf_pcs_unlock(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 {
-	(void)c;
 	sheaf_pcs_rebase(pcs);
+	if (pcs->slot >= 0)
+		cpu_unlock_slot(c, pcs->slot, pcs);
 }
 
 struct sheaf_pcs *sheaf_pcs_current(struct sheaf_cache *c)
@@ -143,7 +351,7 @@ struct sheaf_pcs *sheaf_pcs_current(struct sheaf_cache *c)
 	return NULL;
 }
 
-static void pcs_free(struct sheaf_cache *c, struct sheaf_pcs *pcs)
+static void pcs_free(struct sheaf_cache *c, struct sheaf_pcs *pcs, size_t bytes)
 {
 	struct sheaf_sheaf *m = pcs->main;
 	if (m != &sheaf_sentinel_sheaf) {
@@ -155,7 +363,7 @@ static void pcs_free(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 	for (int i = 0; i < SHEAF_STAT_NR; i++)
 		if (pcs->stat[i])
 			sheaf_stat_atomic(c, (enum sheaf_stat_item)i, pcs->stat[i]);
-	sheaf_meta_free(pcs, sizeof(*pcs));
+	sheaf_meta_free(pcs, bytes);
 }
 
 /* Drain and free every pcs of @tc (thread exit, or a thread lost in fork). */
@@ -171,7 +379,7 @@ static void tcache_destroy(struct sheaf_tcache *tc, bool owner_alive)
 		sheaf_list_del(&pcs->link);
 		pthread_mutex_unlock(&c->pcs_lock);
 		sheaf_pcs_drain(c, pcs, false);
-		pcs_free(c, pcs);
+		pcs_free(c, pcs, sizeof(*pcs));
 		tc->pcs[i] = NULL;
 	}
 	pthread_mutex_unlock(&sheaf_g.caches_lock);
@@ -202,6 +410,22 @@ SHEAF_API void sheaf_thread_flush(void)
  * slow path (they may be inside a fast path this very moment). */
 void sheaf_pcs_shrink_all(struct sheaf_cache *c)
 {
+	if (percpu_cache(c)) {
+		/* Per-CPU mode: every CPU's sheaves, now, from here (membarrier makes it
+		 * safe; this also empties CPUs gone offline or out of the cpuset). */
+		for (int k = 0; k < sheaf_g.ncpus; k++) {
+			struct sheaf_pcs *pcs = cpu_lock_remote(c, k);
+			if (pcs) {
+				sheaf_pcs_drain(c, pcs, true);
+				if (pcs->main != &sheaf_sentinel_sheaf) {
+					sheaf_sheaf_free(c, pcs->main);
+					pcs->main = &sheaf_sentinel_sheaf;
+				}
+			}
+			cpu_unlock_remote(c, k, pcs);
+		}
+		return;
+	}
 	struct sheaf_pcs *mine = sheaf_pcs_current(c);
 	pthread_mutex_lock(&c->pcs_lock);
 	struct sheaf_list *pos;
@@ -242,15 +466,40 @@ void sheaf_pcs_teardown_cache(struct sheaf_cache *c)
 		struct sheaf_pcs *pcs = sheaf_container_of(pos, struct sheaf_pcs, link);
 		sheaf_list_del(&pcs->link);
 		sheaf_pcs_drain(c, pcs, true);
-		pcs_free(c, pcs);
+		pcs_free(c, pcs, sizeof(*pcs));
 	}
 	pthread_mutex_unlock(&c->pcs_lock);
+	if (c->cpu_pcs) {
+		/* Per-CPU mode: every CPU stays locked for good, so a late free of a
+		 * leaked object (destroy kept the cache) takes the slab path. */
+		for (int k = 0; k < sheaf_g.ncpus; k++) {
+			struct sheaf_pcs *pcs = cpu_lock_remote(c, k);
+			if (!pcs)
+				continue;
+			sheaf_pcs_drain(c, pcs, true);
+			__atomic_store_n(&c->cpu_pcs[k], NULL, __ATOMIC_RELAXED);
+			pcs_free(c, pcs, sizeof(struct cpu_pcs));
+		}
+		struct sheaf_pcs **v = c->cpu_pcs;
+		c->cpu_pcs = NULL;
+		sheaf_meta_free(v, (size_t)sheaf_g.ncpus * sizeof(*v));
+	}
 	pthread_mutex_unlock(&sheaf_g.caches_lock);
 }
 
 /* Run @fn on every pcs of @c (statistics; racy reads of sheaf sizes are fine). */
 void sheaf_pcs_for_each(struct sheaf_cache *c, void (*fn)(struct sheaf_cache *, struct sheaf_pcs *, void *), void *arg)
 {
+	if (percpu_cache(c)) {
+		/* Per-CPU mode: each CPU locked in turn (exact figures, harvested). */
+		for (int k = 0; k < sheaf_g.ncpus; k++) {
+			struct sheaf_pcs *pcs = cpu_lock_remote(c, k);
+			if (pcs)
+				fn(c, pcs, arg);
+			cpu_unlock_remote(c, k, pcs);
+		}
+		return;
+	}
 	pthread_mutex_lock(&c->pcs_lock);
 	struct sheaf_list *pos;
 	for (pos = c->pcs_list.next; pos != &c->pcs_list; pos = pos->next)
@@ -260,34 +509,95 @@ void sheaf_pcs_for_each(struct sheaf_cache *c, void (*fn)(struct sheaf_cache *, 
 
 int sheaf_pcs_setup_cache(struct sheaf_cache *c)
 {
-	for (int i = 0; i < sheaf_g.ncpus + 2; i++)
-		c->mainv[i] = &sheaf_sentinel_sheaf;
+	c->mainv[0] = &sheaf_sentinel_sheaf; /* rseq cpu_id -2: registration failed */
+	c->mainv[1] = &sheaf_sentinel_sheaf; /* rseq cpu_id -1: not registered yet */
+	c->cpu_pcs = NULL;
+	/* Per-CPU slots for every possible CPU (a CPU that comes online later needs
+	 * nothing new); caches without sheaves (metadata, debug) never lock a CPU. */
+	if (sheaf_g.mode == SHEAF_MODE_PERCPU && c->capacity_default > 0)
+		c->cpu_pcs = sheaf_meta_alloc((size_t)sheaf_g.ncpus * sizeof(*c->cpu_pcs));
+	/* Without cpu_pcs (per-thread mode, no sheaves, or no memory) every CPU stays
+	 * "locked": the fast paths always fail, as design §6 wants for per-thread mode. */
+	for (int k = 0; k < sheaf_g.ncpus; k++)
+		*cpu_slot(c, k) = c->cpu_pcs ? &pcpu_idle : &sheaf_sentinel_sheaf;
 	return 0;
 }
 
 /* ---- fork (design §7) ------------------------------------------------------------- */
 
+/* Per-CPU mode: every CPU of every cache is locked by the forking thread, so no lock
+ * holder can be halfway through changing a CPU's sheaves when the child is created
+ * (the child has no thread to finish the change).  No membarrier is needed: nothing
+ * here changes a main sheaf, and a fast path that commits on it meanwhile is just an
+ * earlier operation.  Lock order: caches_lock, then these, then what
+ * sheaf_caches_lock_all() takes (pcs_lock is not used by per-CPU mode). */
+static void fork_lock_cpus(void)
+{
+	if (sheaf_g.mode != SHEAF_MODE_PERCPU)
+		return;
+	struct sheaf_list *pos;
+	for (pos = sheaf_g.caches.next; pos != &sheaf_g.caches; pos = pos->next) {
+		struct sheaf_cache *c = sheaf_container_of(pos, struct sheaf_cache, cache_list);
+		if (!c->cpu_pcs)
+			continue;
+		for (int k = 0; k < sheaf_g.ncpus; k++) {
+			struct sheaf_sheaf *m = cpu_lock_slot_remote(c, k, false);
+			(void)cpu_locked(c, k, m, false);
+		}
+	}
+}
+
+static void fork_unlock_cpus(bool child)
+{
+	if (sheaf_g.mode != SHEAF_MODE_PERCPU)
+		return;
+	pthread_t self = pthread_self();
+	struct sheaf_list *pos;
+	for (pos = sheaf_g.caches.next; pos != &sheaf_g.caches; pos = pos->next) {
+		struct sheaf_cache *c = sheaf_container_of(pos, struct sheaf_cache, cache_list);
+		if (!c->cpu_pcs)
+			continue;
+		for (int k = 0; k < sheaf_g.ncpus; k++) {
+			struct sheaf_pcs *pcs = cpu_pcs_get(c, k);
+			/* Every holder is this thread (prepare took them all); a lock left by
+			 * a vanished thread would mean a half-done change: refuse to go on. */
+			if (pcs && !pthread_equal(((struct cpu_pcs *)pcs)->holder, self)) {
+				sheaf_os_print("sheaf: fork: CPU %d of cache '%s' locked by a lost thread", k,
+					       c->name);
+				abort();
+			}
+			cpu_unlock_slot(c, k, pcs);
+		}
+	}
+	if (child)
+		sheaf_rseq_fork_child();
+}
+
 void sheaf_percpu_fork_prepare(void)
 {
 	pthread_mutex_lock(&sheaf_g.caches_lock);
+	fork_lock_cpus();
 	sheaf_caches_lock_all();
 	pthread_mutex_lock(&sheaf_g.threads_lock);
 	pthread_mutex_lock(&sheaf_heap.lock);
 }
 
-void sheaf_percpu_fork_parent(void)
+static void fork_release(bool child)
 {
 	pthread_mutex_unlock(&sheaf_heap.lock);
 	pthread_mutex_unlock(&sheaf_g.threads_lock);
 	sheaf_caches_unlock_all();
+	fork_unlock_cpus(child);
 	pthread_mutex_unlock(&sheaf_g.caches_lock);
 }
 
+void sheaf_percpu_fork_parent(void) { fork_release(false); }
+
 void sheaf_percpu_fork_child(void)
 {
-	sheaf_percpu_fork_parent();
-	/* Threads other than this one are gone: their cached objects return to the
-	 * barns now instead of being stranded. */
+	fork_release(true);
+	/* Per-thread mode: threads other than this one are gone: their cached objects
+	 * return to the barns now instead of being stranded. */
 	struct sheaf_tcache *mine = tls_tc;
 	for (;;) {
 		struct sheaf_tcache *victim = NULL;
@@ -307,18 +617,26 @@ void sheaf_percpu_fork_child(void)
 	}
 }
 
+/* ---- Gauges ----------------------------------------------------------------------- */
+
 static void gauge_one(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
 {
 	(void)c;
 	uint64_t *a = arg;
-	a[0] += sheaf_rd(pcs->cached);
+	if (pcs->slot >= 0) /* per-CPU: locked by for_each, exact */
+		a[0] += pcs->main->size + (pcs->spare ? pcs->spare->size : 0);
+	else /* per-thread: as of the owner's last slow path */
+		a[0] += sheaf_rd(pcs->cached);
 	a[1]++;
 }
 
+/* Objects cached in main and spare sheaves, and the number of slots that may cache
+ * them: possible CPUs in per-CPU mode (bounded however many threads run), live
+ * threads that used the cache in per-thread mode. */
 void sheaf_pcs_stats_gauge(struct sheaf_cache *c, uint64_t *in_pcs, uint64_t *slots)
 {
 	uint64_t a[2] = { 0, 0 };
 	sheaf_pcs_for_each(c, gauge_one, a);
 	*in_pcs = a[0];
-	*slots = a[1];
+	*slots = percpu_cache(c) ? (uint64_t)sheaf_g.ncpus : a[1];
 }

@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rseq.c - finding glibc's rseq area, membarrier, and the per-CPU lock sequence
+ * (DESIGN §2, design §6; the fast paths themselves are in rseq.h).
+ *
+ * The per-CPU lock of DESIGN §2 is taken inside a restartable sequence on the CPU it
+ * belongs to, whose commit is `lock cmpxchg mainv[cpu + 2], m -> sentinel`.  Because
+ * the commit happens only if the thread was not preempted or migrated since it read
+ * cpu_id, no fast path of that CPU can be between its read of m and its commit when
+ * the lock is taken: any such sequence was preempted by the locker and will restart.
+ * The locker may then migrate; threads that later run on that CPU find the sentinel
+ * and take the slow path.  The compare-and-exchange (rather than a plain store) makes
+ * the local lock safe against a remote locker (percpu.c) doing the same exchange from
+ * another CPU, which then uses sheaf_rseq_fence() to restart sequences still running
+ * on the CPU with the old main.
+ */
+#include <errno.h>
+#include <linux/membarrier.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "rseq.h"
+
+/* glibc 2.35+ (weak: absent on older glibc, then per-thread mode). */
+extern const ptrdiff_t __rseq_offset __attribute__((weak));
+extern const unsigned int __rseq_size __attribute__((weak));
+
+ptrdiff_t sheaf_rseq_offset;
+uintptr_t sheaf_rseq_free_limit;
+
+/* Stand-in rseq area where glibc has none: cpu_id -2 forever (never registered). */
+static __thread struct {
+	uint32_t cpu_id_start;
+	int32_t cpu_id;
+	uint64_t rseq_cs;
+} __attribute__((aligned(32))) dummy_area = { 0, -2, 0 };
+
+static bool fence_by_cpu; /* MEMBARRIER_CMD_FLAG_CPU works (Linux 5.10+) */
+
+static long membarrier(int cmd, unsigned flags, int cpu)
+{
+	return syscall(__NR_membarrier, cmd, flags, cpu);
+}
+
+static char *thread_pointer(void)
+{
+#if defined(__x86_64__)
+	char *tp;
+	__asm__("mov %%fs:0, %0" : "=r"(tp));
+	return tp;
+#else
+	return __builtin_thread_pointer();
+#endif
+}
+
+int sheaf_rseq_cpu(void)
+{
+#if defined(__x86_64__)
+	int32_t cpu;
+	__asm__ volatile("movl %%fs:4(%1), %0" : "=r"(cpu) : "r"(sheaf_rseq_offset));
+	return cpu;
+#else
+	return -2;
+#endif
+}
+
+int sheaf_rseq_init(char *why, size_t len)
+{
+	bool glibc_area = &__rseq_offset != NULL && &__rseq_size != NULL;
+	if (glibc_area)
+		sheaf_rseq_offset = __rseq_offset;
+	else
+		sheaf_rseq_offset = (char *)&dummy_area - thread_pointer();
+	sheaf_rseq_free_limit = sheaf_heap.size;
+#if !SHEAF_HAVE_RSEQ
+	snprintf(why, len, "%s", SHEAF_RSEQ_TSAN ? "ThreadSanitizer build (cannot follow rseq restarts)"
+						  : "no restartable-sequence fast path for this architecture");
+	return -ENOSYS;
+#else
+	if (!glibc_area) {
+		snprintf(why, len, "glibc older than 2.35 has no rseq area (Sheaf does not register its own)");
+		return -ENOSYS;
+	}
+	if (__rseq_size < 20) {
+		snprintf(why, len,
+			 "glibc did not register rseq (__rseq_size %u): GLIBC_TUNABLES=glibc.pthread.rseq=0, "
+			 "Valgrind, or a kernel without rseq",
+			 __rseq_size);
+		return -ENOSYS;
+	}
+	if (sheaf_rseq_cpu() < 0) {
+		snprintf(why, len, "rseq area not registered for this thread");
+		return -ENOSYS;
+	}
+	long q = membarrier(MEMBARRIER_CMD_QUERY, 0, 0);
+	if (q < 0 || !(q & MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)) {
+		snprintf(why, len, "kernel lacks membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)");
+		return -ENOSYS;
+	}
+	if (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0) != 0) {
+		snprintf(why, len, "membarrier rseq registration failed: %s", strerror(errno));
+		return -errno;
+	}
+	fence_by_cpu = membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, MEMBARRIER_CMD_FLAG_CPU,
+				  sheaf_rseq_cpu()) == 0;
+	if (!fence_by_cpu && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, 0, 0) != 0) {
+		snprintf(why, len, "membarrier rseq fence failed: %s", strerror(errno));
+		return -errno;
+	}
+	snprintf(why, len, "glibc rseq area (size %u), membarrier rseq%s", __rseq_size,
+		 fence_by_cpu ? " per CPU" : " (all CPUs)");
+	return 0;
+#endif
+}
+
+void sheaf_rseq_fork_child(void)
+{
+	(void)membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0);
+}
+
+void sheaf_rseq_fence(int cpu)
+{
+	if (cpu >= 0 && fence_by_cpu &&
+	    membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, MEMBARRIER_CMD_FLAG_CPU, cpu) == 0)
+		return;
+	if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, 0, 0) == 0)
+		return;
+	/* Registered and tested at init: failing now would leave a sequence running on
+	 * a sheaf we are about to change.  Nothing safe remains. */
+	sheaf_os_print("sheaf: membarrier(PRIVATE_EXPEDITED_RSEQ) failed: %s", strerror(errno));
+	abort();
+}
+
+int sheaf_rseq_lock(struct sheaf_sheaf **mainv, struct sheaf_sheaf *locked, struct sheaf_sheaf **m)
+{
+#if SHEAF_HAVE_RSEQ
+	/* An abort (preempted between reading cpu_id and the commit) retries; a few
+	 * aborts in a row mean a very busy CPU: take the slab path rather than spin. */
+	for (int tries = 0; tries < 4; tries++) {
+		long cpu;
+		struct sheaf_sheaf *old;
+		asm goto("mov sheaf_rseq_offset(%%rip), %%rdx\n\t"
+			 "lea .Lsheaf_lock_cs%=(%%rip), %%r8\n\t"
+			 "mov %%r8, %%fs:8(%%rdx)\n"
+			 ".Lsheaf_lock_start%=:\n\t"
+			 "movslq %%fs:4(%%rdx), %[cpu]\n\t"
+			 "test %[cpu], %[cpu]\n\t"
+			 "js %l[nocpu]\n\t"
+			 "mov 16(%[mv],%[cpu],8), %%rax\n\t"
+			 "cmp %[lk], %%rax\n\t"
+			 "je %l[held]\n\t"
+			 "lock cmpxchg %[lk], 16(%[mv],%[cpu],8)\n"
+			 ".Lsheaf_lock_end%=:\n\t"
+			 "jne %l[held]\n\t" SHEAF_RSEQ_TAIL(".Lsheaf_lock", aborted)
+			 : [cpu] "=&r"(cpu), "=&a"(old)
+			 : [mv] "r"(mainv), [lk] "r"(locked)
+			 : "rdx", "r8", "cc", "memory"
+			 : nocpu, held, aborted);
+		*m = old;
+		return (int)cpu;
+aborted:
+		continue;
+	}
+	return -2;
+nocpu:
+	return -1;
+held:
+	return -2;
+#else
+	(void)mainv;
+	(void)locked;
+	(void)m;
+	return -1;
+#endif
+}

@@ -1,0 +1,181 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rseq.h - restartable sequences for the per-CPU sheaves (DESIGN §2, design §6).
+ *
+ * The fast paths of sheaf_cache_alloc/sheaf_cache_free are restartable sequences on
+ * the current CPU's main sheaf, cache->mainv[cpu + 2]:
+ *
+ *   alloc:  cpu = rseq->cpu_id; m = mainv[cpu + 2]; if (!m->size) slow;
+ *           obj = m->objects[m->size - 1]; m->nalloc++;  commit: m->size--
+ *   free:   key = pagemap key of obj (one subtract, one compare, one load);
+ *           cpu = rseq->cpu_id; m = mainv[cpu + 2];
+ *           if (key != m->key || m->size >= m->capacity) slow;
+ *           m->objects[m->size] = obj;                    commit: m->size++
+ *
+ * Each commit is one instruction (`subl`/`addl` on m->size), so a sequence either
+ * happened entirely on one CPU with nothing else of that CPU in between, or is aborted
+ * by the kernel (preemption, migration, signal, membarrier IPI) and jumps to the slow
+ * path.  No atomic instruction, no lock prefix.  The per-CPU lock is "main swapped for
+ * the sentinel" (size 0, capacity 0, key 0), so the same tests that send an empty or a
+ * full main to the slow path also send a locked CPU there.  mainv[0] and mainv[1] hold
+ * the sentinel for rseq cpu_id values -2 (registration failed) and -1 (not yet
+ * registered), so a thread without rseq takes the slow path with no extra test.
+ *
+ * Statistics (design §8): the alloc sequence increments m->nalloc before its commit.
+ * If the sequence is aborted after that increment and before the commit, nalloc counts
+ * one pop that did not happen: ALLOC_FASTPATH and FREE_FASTPATH (derived from the
+ * size change) are then both one too high.  This is the documented price of keeping
+ * the counter out of the commit; it never affects the objects themselves.
+ *
+ * The rseq area is glibc's (__rseq_offset, __rseq_size, glibc 2.35+).  Sheaf never
+ * registers its own: where glibc did not register one (older glibc, the tunable
+ * glibc.pthread.rseq=0, Valgrind, a kernel without rseq) the per-thread mode is used.
+ *
+ * x86-64 only.  ThreadSanitizer cannot see the ordering that a restartable sequence
+ * gets from running on one CPU (an object freed by one thread and reallocated by
+ * another on the same CPU has no happens-before edge it knows of), so TSan builds use
+ * the per-thread mode: SHEAF_HAVE_RSEQ is 0 there.
+ */
+#ifndef SHEAF_RSEQ_H
+#define SHEAF_RSEQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h" /* struct sheaf_heap, struct sheaf_cache for the offsets */
+
+#if defined(__SANITIZE_THREAD__)
+#define SHEAF_RSEQ_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SHEAF_RSEQ_TSAN 1
+#endif
+#endif
+#ifndef SHEAF_RSEQ_TSAN
+#define SHEAF_RSEQ_TSAN 0
+#endif
+
+#if defined(__x86_64__) && defined(__linux__) && !SHEAF_RSEQ_TSAN && !defined(SHEAF_NO_RSEQ)
+#define SHEAF_HAVE_RSEQ 1
+#else
+#define SHEAF_HAVE_RSEQ 0
+#endif
+
+/* struct rseq (linux/rseq.h): cpu_id at 4, rseq_cs at 8.  glibc registers its area
+ * with this signature on x86; the kernel checks it before every abort handler. */
+#define SHEAF_RSEQ_OFF_CPU_ID 4
+#define SHEAF_RSEQ_OFF_CS     8
+#define SHEAF_RSEQ_SIG        0x53053053
+
+/* Offset of the calling thread's rseq area from the thread pointer, read once at
+ * init (a hidden global: one RIP-relative load on the fast path, not two through the
+ * GOT).  Where glibc has no rseq area it points at a per-thread dummy whose cpu_id is
+ * -2, so the fast path stays harmless in per-thread mode. */
+extern ptrdiff_t sheaf_rseq_offset;
+/* The free fast path accepts pointers below sheaf_heap.base + this.  It is the heap
+ * size, or 0 once a free-check hook is installed (sheaf_free_check_hook_set), so that
+ * every free then reaches the slow path and the hook without a test of its own. */
+extern uintptr_t sheaf_rseq_free_limit;
+
+/* 0 when per-CPU mode can be used (glibc registered rseq, membarrier with rseq
+ * restarts registered); otherwise -errno and a reason in @why.  Always sets
+ * sheaf_rseq_offset. */
+int sheaf_rseq_init(char *why, size_t len);
+/* The rseq cpu_id of the calling thread: >= 0, or -1/-2 without rseq. */
+int sheaf_rseq_cpu(void);
+/* Take the per-CPU lock of the calling thread's current CPU: inside a restartable
+ * sequence on that CPU, mainv[cpu + 2] is swapped for @locked with one `lock cmpxchg`
+ * (the commit).  Returns the CPU and sets *@m to the main it replaced; -1 without an
+ * rseq CPU; -2 when the lock is held (the caller takes the slab path, never spins). */
+int sheaf_rseq_lock(struct sheaf_sheaf **mainv, struct sheaf_sheaf *locked, struct sheaf_sheaf **m);
+/* Restart every restartable sequence running on @cpu (-1: on every CPU) with
+ * membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ); on return none is still using
+ * what it read before the call. */
+void sheaf_rseq_fence(int cpu);
+/* Re-register membarrier in the child of fork (cheap and idempotent). */
+void sheaf_rseq_fork_child(void);
+
+#if SHEAF_HAVE_RSEQ
+
+/* Common tail of a sequence @p: its descriptor (struct rseq_cs: version, flags,
+ * start_ip, post_commit_offset, abort_ip) and its abort handler, preceded by the
+ * signature (encoded as the operand of a ud1 so disassemblers stay in step), out of
+ * line in .text.unlikely: an abort leaves for @slow. */
+#define SHEAF_RSEQ_TAIL(p, slow)                                                         \
+	".pushsection __rseq_cs, \"aw\"\n\t"                                              \
+	".balign 32\n"                                                                    \
+	p "_cs%=:\n\t"                                                                    \
+	".long 0, 0\n\t"                                                                  \
+	".quad " p "_start%=, " p "_end%= - " p "_start%=, " p "_abort%=\n\t"             \
+	".popsection\n\t"                                                                 \
+	".pushsection .text.unlikely.sheaf_rseq, \"ax\"\n\t"                              \
+	".byte 0x0f, 0xb9, 0x3d\n\t"                                                      \
+	".long 0x53053053\n"                                                              \
+	p "_abort%=:\n\t"                                                                 \
+	"jmp %l[" #slow "]\n\t"                                                           \
+	".popsection\n"
+
+#define SHEAF_RSEQ_MAINV_DISP (offsetof(struct sheaf_cache, mainv) + 2 * sizeof(struct sheaf_sheaf *))
+
+/* Alloc fast path: pops into @obj, or jumps to label @slow.  11 instructions. */
+#define SHEAF_RSEQ_POP(c, obj, slow)                                                      \
+	asm goto("mov sheaf_rseq_offset(%%rip), %%rdx\n\t"                                 \
+		 "lea .Lsheaf_pop_cs%=(%%rip), %%rcx\n\t"                                   \
+		 "mov %%rcx, %%fs:8(%%rdx)\n"                                              \
+		 ".Lsheaf_pop_start%=:\n\t"                                                 \
+		 "movslq %%fs:4(%%rdx), %%rcx\n\t"                                         \
+		 "mov %c[mv](%[cache],%%rcx,8), %%rcx\n\t"                                 \
+		 "mov %c[size](%%rcx), %%edx\n\t"                                          \
+		 "test %%edx, %%edx\n\t"                                                   \
+		 "jz %l[" #slow "]\n\t"                                                    \
+		 "mov %c[objs]-8(%%rcx,%%rdx,8), %[o]\n\t"                                 \
+		 "addq $1, %c[nalloc](%%rcx)\n\t"                                          \
+		 "subl $1, %c[size](%%rcx)\n"                                              \
+		 ".Lsheaf_pop_end%=:\n\t" SHEAF_RSEQ_TAIL(".Lsheaf_pop", slow)              \
+		 : [o] "=&a"(obj)                                                          \
+		 : [cache] "r"(c), [mv] "i"(SHEAF_RSEQ_MAINV_DISP),                        \
+		   [size] "i"(offsetof(struct sheaf_sheaf, size)),                         \
+		   [objs] "i"(offsetof(struct sheaf_sheaf, objects)),                      \
+		   [nalloc] "i"(offsetof(struct sheaf_sheaf, nalloc))                      \
+		 : "rcx", "rdx", "cc", "memory"                                            \
+		 : slow)
+
+/* Free fast path: pushes @obj, or jumps to label @slow.  19 instructions.  The key
+ * lookup is sheaf_page_key() with the bound taken from sheaf_rseq_free_limit. */
+#define SHEAF_RSEQ_PUSH(c, obj, slow)                                                     \
+	asm goto("mov %[o], %%rax\n\t"                                                     \
+		 "sub sheaf_heap+%c[hbase](%%rip), %%rax\n\t"                              \
+		 "cmp sheaf_rseq_free_limit(%%rip), %%rax\n\t"                             \
+		 "jae %l[" #slow "]\n\t"                                                   \
+		 "shr %[pshift], %%rax\n\t"                                                \
+		 "mov sheaf_heap+%c[hmap](%%rip), %%rdx\n\t"                               \
+		 "mov (%%rdx,%%rax,8), %%rdx\n\t"                                          \
+		 "mov sheaf_rseq_offset(%%rip), %%rax\n\t"                                 \
+		 "lea .Lsheaf_push_cs%=(%%rip), %%rcx\n\t"                                  \
+		 "mov %%rcx, %%fs:8(%%rax)\n"                                              \
+		 ".Lsheaf_push_start%=:\n\t"                                                \
+		 "movslq %%fs:4(%%rax), %%rcx\n\t"                                         \
+		 "mov %c[mv](%[cache],%%rcx,8), %%rcx\n\t"                                 \
+		 "cmp %c[key](%%rcx), %%rdx\n\t"                                           \
+		 "jne %l[" #slow "]\n\t"                                                   \
+		 "mov %c[size](%%rcx), %%eax\n\t"                                          \
+		 "cmp %c[cap](%%rcx), %%eax\n\t"                                           \
+		 "jae %l[" #slow "]\n\t"                                                   \
+		 "mov %[o], %c[objs](%%rcx,%%rax,8)\n\t"                                   \
+		 "addl $1, %c[size](%%rcx)\n"                                              \
+		 ".Lsheaf_push_end%=:\n\t" SHEAF_RSEQ_TAIL(".Lsheaf_push", slow)            \
+		 :                                                                          \
+		 : [cache] "r"(c), [o] "r"(obj), [mv] "i"(SHEAF_RSEQ_MAINV_DISP),          \
+		   [hbase] "i"(offsetof(struct sheaf_heap, base)),                         \
+		   [hmap] "i"(offsetof(struct sheaf_heap, pagemap)),                       \
+		   [pshift] "i"(SHEAF_PAGE_SHIFT),                                         \
+		   [size] "i"(offsetof(struct sheaf_sheaf, size)),                         \
+		   [cap] "i"(offsetof(struct sheaf_sheaf, capacity)),                      \
+		   [key] "i"(offsetof(struct sheaf_sheaf, key)),                           \
+		   [objs] "i"(offsetof(struct sheaf_sheaf, objects))                       \
+		 : "rax", "rcx", "rdx", "cc", "memory"                                     \
+		 : slow)
+
+#endif /* SHEAF_HAVE_RSEQ */
+
+#endif /* SHEAF_RSEQ_H */
