@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+#
+# fastpath-golden.sh - count the instructions of the release-build fast paths of
+# sheaf_cache_alloc and sheaf_cache_free (STYLE R8, issue 4) and compare them with the
+# committed golden file tools/fastpath-golden.txt.
+#
+# Usage: tools/fastpath-golden.sh [--update] [--show] LIBSHEAF.so [GOLDEN]
+#
+# Which path is counted: the common case, from the function's entry to its `ret`.
+# The walk disassembles the function (objdump -d), starts at its first instruction,
+# steps to the next instruction at every conditional jump (the fast paths are laid
+# out so that success falls through: every jcc leaves for the slow path, rseq.h),
+# follows an unconditional `jmp` whose target lies inside the function, and stops at
+# the first `ret`, which is counted.  So for sheaf_cache_alloc the count covers:
+# load the rseq offset, publish the rseq_cs descriptor, read cpu_id, load the CPU's
+# main, test its size, pop, count, commit, ret; for sheaf_cache_free: the pagemap key
+# (subtract, bound, shift, load), the same rseq prologue, key and capacity tests,
+# store, commit, ret.  Abort handlers (.text.unlikely) and slow paths are not counted.
+#
+# Fails when a count exceeds 20, when any counted instruction carries a `lock` prefix
+# (or is xchg with memory, implicitly locked), or when a count differs from the golden
+# file (then rerun with --update and commit the new file if the change is intended).
+set -euo pipefail
+
+update=0
+show=0
+while [[ $# -gt 0 && $1 == --* ]]; do
+	case $1 in
+	--update) update=1 ;;
+	--show) show=1 ;;
+	*) echo "usage: $0 [--update] [--show] LIBSHEAF.so [GOLDEN]" >&2; exit 2 ;;
+	esac
+	shift
+done
+lib=${1:?usage: $0 [--update] [--show] LIBSHEAF.so [GOLDEN]}
+golden=${2:-$(dirname "$0")/fastpath-golden.txt}
+limit=20
+fns=(sheaf_cache_alloc sheaf_cache_free)
+
+command -v objdump >/dev/null || { echo "fastpath-golden: objdump not found (binutils)" >&2; exit 2; }
+[[ -f $lib ]] || { echo "fastpath-golden: no such library: $lib" >&2; exit 2; }
+
+# Print "count lockcount" and, on stderr with --show, the path.
+walk() {
+	local fn=$1
+	objdump -d --no-show-raw-insn -M att "$lib" |
+		awk -v fn="$fn" -v show="$show" '
+		function hex(s,   i, v) {   # portable (mawk has no strtonum)
+			v = 0; s = tolower(s)
+			for (i = 1; i <= length(s); i++) v = v * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1
+			return v
+		}
+		$0 ~ "^[0-9a-f]+ <" fn ">:$" { infn = 1; next }
+		infn && /^$/ { infn = 0 }
+		infn && /^ *[0-9a-f]+:\t/ {
+			split($0, f, "\t")
+			a = f[1]; sub(/^ */, "", a); sub(/:$/, "", a)
+			ins = f[2]
+			addr = hex(a)
+			n++; A[n] = addr; I[n] = ins; idx[addr] = n
+		}
+		END {
+			if (!n) { print "-1 0"; exit }
+			lo = A[1]; hi = A[n]
+			i = 1; cnt = 0; locks = 0; steps = 0
+			while (i >= 1 && i <= n && steps < 1000) {
+				steps++
+				ins = I[i]; cnt++
+				if (show) printf("  %s\n", ins) > "/dev/stderr"
+				if (ins ~ /^lock / || ins ~ /^xchg .*\(/ || ins ~ /^xchg .*,.*\(/) locks++
+				split(ins, w, /[ \t]+/); op = w[1]
+				if (op ~ /^ret/) { print cnt, locks; exit }
+				if (op == "jmp" || op == "jmpq") {
+					t = w[2]
+					if (t ~ /^[0-9a-f]+$/ && (hex(t) in idx)) { i = idx[hex(t)]; continue }
+					print -2, locks; exit   # leaves the function before any ret
+				}
+				i++
+			}
+			print -3, locks
+		}'
+}
+
+declare -A got
+fail=0
+for fn in "${fns[@]}"; do
+	[[ $show == 1 ]] && echo "$fn:" >&2
+	read -r cnt locks < <(walk "$fn")
+	if (( cnt < 0 )); then
+		echo "FAIL $fn: common path not found (code $cnt): is $lib a release build with the rseq fast path?"
+		fail=1
+		continue
+	fi
+	got[$fn]=$cnt
+	echo "$fn: $cnt instructions, $locks lock-prefixed (limit $limit, none locked)"
+	if (( cnt > limit )); then echo "FAIL $fn: $cnt > $limit"; fail=1; fi
+	if (( locks > 0 )); then echo "FAIL $fn: lock-prefixed instruction on the fast path"; fail=1; fi
+done
+
+if [[ $update == 1 ]]; then
+	{
+		echo "# Fast-path instruction counts of the release libsheaf.so on x86-64"
+		echo "# (tools/fastpath-golden.sh: entry to ret along the common case)."
+		for fn in "${fns[@]}"; do echo "$fn ${got[$fn]:-?}"; done
+	} > "$golden"
+	echo "updated $golden"
+	exit $fail
+fi
+
+[[ -f $golden ]] || { echo "FAIL: no golden file $golden (run with --update)"; exit 1; }
+for fn in "${fns[@]}"; do
+	want=$(awk -v fn="$fn" '$1 == fn { print $2 }' "$golden")
+	if [[ -z $want ]]; then echo "FAIL $fn: not in $golden"; fail=1; continue; fi
+	if [[ ${got[$fn]:-} != "$want" ]]; then
+		echo "FAIL $fn: ${got[$fn]:-?} instructions, golden file says $want (rerun with --show to see the path; --update if intended)"
+		fail=1
+	fi
+done
+[[ $fail == 0 ]] && echo "fastpath-golden: OK"
+exit $fail
