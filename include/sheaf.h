@@ -13,9 +13,14 @@
  * SHEAF_ON_ERROR=warn, report and leak the object.  Allocation failure returns
  * NULL with errno = ENOMEM and leaves the cache usable.
  *
- * RCU: threads that call sheaf_cache_free_rcu() need not be registered with
- * liburcu, but readers that rely on it must use the flavour selected with
- * sheaf_rcu_set_flavor() (default: memb), and must be registered with it.
+ * RCU (docs/rcu.md): readers must use the liburcu flavour selected with
+ * sheaf_rcu_set_flavor() (default: memb) and be registered with it.  Threads
+ * that call sheaf_cache_free_rcu() should be registered too (QSBR: online), as
+ * liburcu asks of call_rcu() callers; this matters only to programs that
+ * create and free per-CPU call_rcu workers.  Barriers and the destroy of a
+ * cache with deferred frees wait for a grace period: never call them inside a
+ * read-side critical section (reported as an error; an online QSBR thread is
+ * taken offline for the wait).
  */
 #ifndef SHEAF_H
 #define SHEAF_H
@@ -108,7 +113,8 @@ SHEAF_API struct sheaf_cache *sheaf_cache_of(const void *obj);
  * cache (as part of a full sheaf in the barn when possible). */
 SHEAF_API void sheaf_cache_free_rcu(struct sheaf_cache *c, void *obj);
 /* Returns once every object of @c passed to free_rcu before the call is back
- * in the allocator.  Returns at once when the cache has none in flight. */
+ * in the allocator.  Returns at once when the cache has none in flight, else
+ * waits one grace period (it never waits for other caches). */
 SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c);
 /* The same for every cache. */
 SHEAF_API void sheaf_rcu_barrier(void);
@@ -119,7 +125,8 @@ enum sheaf_rcu_flavor {
 	SHEAF_RCU_QSBR,     /* urcu_qsbr_* */
 };
 /* Select the flavour the program's readers use.  Must be called before the
- * first sheaf_cache_free_rcu(); returns 0 or -EBUSY afterwards. */
+ * first sheaf_cache_free_rcu() and before creating a SHEAF_TYPESAFE_BY_RCU
+ * cache; afterwards returns -EBUSY for another flavour (0 for the same). */
 SHEAF_API int sheaf_rcu_set_flavor(enum sheaf_rcu_flavor f);
 
 /* Options (docs/options.md): set one by name before the first allocation.
