@@ -729,8 +729,8 @@ SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 	 * barrier always waits; so do the comparison modes.) */
 	if (!global && atomic_load(&c->rcu_inflight_objects) == 0 && atomic_load(&c->rcu_inflight_sheaves) == 0)
 		return;
-	if (!(atomic_load(&flavor_word) & FLAVOR_USED))
-		return; /* no free_rcu ever ran: nothing can be in flight */
+	if (!(atomic_load(&flavor_word) & FLAVOR_WARM))
+		return; /* no unit was ever submitted (rcu_use() comes first) */
 	const struct rcu_ops *ops = rcu_ops_cur();
 	int online = wait_prepare(ops, c);
 	if (online < 0)
@@ -766,7 +766,7 @@ SHEAF_API void sheaf_rcu_barrier(void)
 {
 	if (atomic_load(&sheaf_g.init_state) != 2)
 		return;
-	if (!(atomic_load(&flavor_word) & FLAVOR_USED))
+	if (!(atomic_load(&flavor_word) & FLAVOR_WARM))
 		return;
 	const struct rcu_ops *ops = rcu_ops_cur();
 	int online = wait_prepare(ops, NULL);
