@@ -347,18 +347,9 @@ double bench_xcpu_window(struct bench_pool *p, struct bench_ring *ring, uint64_t
 /* ---- registry ------------------------------------------------------------------ */
 
 /*
- * Orders in use: 10 fastpath (wl_fastpath.c), 20 xcpu (wl_xcpu.c), 40 memory
- * (wl_memory.c), 50 mix (wl_mix.c).
- *
- * HOOK, workload 3 (DESIGN §9.3, seed 000): order 30 is kept for "rcu", many
- * caches with free_rcu traffic and the latency of sheaf_cache_destroy (the
- * per-cache barrier, DESIGN D5) against sheaf_rcu_barrier() (the global one)
- * while other caches keep free_rcu going.  It belongs in bench/wl_rcu.c,
- * written with the RCU code (sheaf_cache_free_rcu); it needs nothing from
- * the files here beyond this header: bench_record() with unit "us" and
- * BH_MEDIAN, bench_target() for "per-cache destroy faster than the global
- * barrier", and, if it compares SHEAF_KERNEL_COMPAT (global barrier on
- * destroy), the "sheaf-k7" contender's cache flags.
+ * Orders in use: 10 fastpath (wl_fastpath.c), 20 xcpu (wl_xcpu.c), 30 rcu
+ * (wl_rcu.c, seed 000, written with the RCU code), 40 memory (wl_memory.c),
+ * 50 mix (wl_mix.c); debugobjects (wl_debugobjects.c, seed 002) comes last.
  */
 
 struct bench_workload {
