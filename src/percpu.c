@@ -54,6 +54,32 @@
 
 static __thread struct sheaf_tcache *tls_tc;
 
+/* Per-thread mode: a thread's pcs, with a flag saying its owner is between
+ * sheaf_pcs_lock and sheaf_pcs_unlock (or draining it).  fork waits for every flag
+ * to clear, so that the child never drains a pcs its vanished owner left half
+ * changed (design §7); the owner backs off (slab path) while a fork is pending. */
+struct thread_pcs {
+	struct sheaf_pcs pcs;
+	atomic_int busy;
+};
+static atomic_int fork_pending;
+
+/* Dekker-style: each side stores its flag (seq_cst) and then reads the other's. */
+static bool thread_pcs_enter(struct sheaf_pcs *pcs)
+{
+	struct thread_pcs *tp = (struct thread_pcs *)pcs;
+	atomic_store(&tp->busy, 1);
+	if (sheaf_likely(!atomic_load(&fork_pending)))
+		return true;
+	atomic_store_explicit(&tp->busy, 0, memory_order_release);
+	return false;
+}
+
+static void thread_pcs_leave(struct sheaf_pcs *pcs)
+{
+	atomic_store_explicit(&((struct thread_pcs *)pcs)->busy, 0, memory_order_release);
+}
+
 static void tcache_destroy(struct sheaf_tcache *tc, bool owner_alive);
 
 static void thread_exit_cb(void *arg)
@@ -140,9 +166,10 @@ static struct sheaf_pcs *pcs_create(struct sheaf_cache *c, struct sheaf_tcache *
 		tc->n = n;
 		pthread_mutex_unlock(&sheaf_g.caches_lock);
 	}
-	struct sheaf_pcs *pcs = sheaf_meta_alloc(sizeof(*pcs));
-	if (!pcs)
+	struct thread_pcs *tp = sheaf_meta_alloc(sizeof(*tp));
+	if (!tp)
 		return NULL;
+	struct sheaf_pcs *pcs = &tp->pcs;
 	pcs->main = &sheaf_sentinel_sheaf;
 	pcs->slot = -1;
 	pcs->node = sheaf_node_current();
@@ -320,7 +347,7 @@ struct sheaf_pcs *sheaf_pcs_lock(struct sheaf_cache *c)
 	if (sheaf_g.mode == SHEAF_MODE_PERCPU)
 		return cpu_lock_local(c);
 	struct sheaf_pcs *pcs = thread_pcs(c);
-	if (!pcs)
+	if (!pcs || !thread_pcs_enter(pcs))
 		return NULL;
 	sheaf_pcs_harvest(pcs);
 	if (sheaf_unlikely(atomic_load_explicit(&pcs->flush_req, memory_order_relaxed))) {
@@ -341,6 +368,8 @@ void sheaf_pcs_unlock(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 	sheaf_pcs_rebase(pcs);
 	if (pcs->slot >= 0)
 		cpu_unlock_slot(c, pcs->slot, pcs);
+	else
+		thread_pcs_leave(pcs);
 }
 
 struct sheaf_pcs *sheaf_pcs_current(struct sheaf_cache *c)
@@ -379,7 +408,7 @@ static void tcache_destroy(struct sheaf_tcache *tc, bool owner_alive)
 		sheaf_list_del(&pcs->link);
 		pthread_mutex_unlock(&c->pcs_lock);
 		sheaf_pcs_drain(c, pcs, false);
-		pcs_free(c, pcs, sizeof(*pcs));
+		pcs_free(c, pcs, sizeof(struct thread_pcs));
 		tc->pcs[i] = NULL;
 	}
 	pthread_mutex_unlock(&sheaf_g.caches_lock);
@@ -401,8 +430,10 @@ SHEAF_API void sheaf_thread_flush(void)
 		return;
 	for (uint32_t i = 0; i < tc->n; i++) {
 		struct sheaf_pcs *pcs = tc->pcs[i];
-		if (pcs)
+		if (pcs && thread_pcs_enter(pcs)) {
 			sheaf_pcs_drain(pcs->cache, pcs, false);
+			thread_pcs_leave(pcs);
+		}
 	}
 }
 
@@ -435,7 +466,7 @@ void sheaf_pcs_shrink_all(struct sheaf_cache *c)
 			atomic_store_explicit(&pcs->flush_req, 1, memory_order_relaxed);
 	}
 	pthread_mutex_unlock(&c->pcs_lock);
-	if (mine) {
+	if (mine && thread_pcs_enter(mine)) {
 		sheaf_pcs_harvest(mine);
 		sheaf_pcs_drain(c, mine, true);
 		struct sheaf_sheaf *m = mine->main;
@@ -444,6 +475,7 @@ void sheaf_pcs_shrink_all(struct sheaf_cache *c)
 			mine->main = &sheaf_sentinel_sheaf;
 		}
 		sheaf_pcs_rebase(mine);
+		thread_pcs_leave(mine);
 	}
 }
 
@@ -466,7 +498,7 @@ void sheaf_pcs_teardown_cache(struct sheaf_cache *c)
 		struct sheaf_pcs *pcs = sheaf_container_of(pos, struct sheaf_pcs, link);
 		sheaf_list_del(&pcs->link);
 		sheaf_pcs_drain(c, pcs, true);
-		pcs_free(c, pcs, sizeof(*pcs));
+		pcs_free(c, pcs, sizeof(struct thread_pcs));
 	}
 	pthread_mutex_unlock(&c->pcs_lock);
 	if (c->cpu_pcs) {
@@ -573,9 +605,30 @@ static void fork_unlock_cpus(bool child)
 		sheaf_rseq_fork_child();
 }
 
+/* Per-thread mode: wait until no thread is inside its pcs (see struct thread_pcs).
+ * Called with caches_lock held, which keeps every tcache table in place. */
+static void fork_quiesce_threads(void)
+{
+	if (sheaf_g.mode != SHEAF_MODE_PERTHREAD)
+		return;
+	atomic_store(&fork_pending, 1);
+	pthread_mutex_lock(&sheaf_g.threads_lock);
+	struct sheaf_list *pos;
+	for (pos = sheaf_g.threads.next; pos != &sheaf_g.threads; pos = pos->next) {
+		struct sheaf_tcache *tc = sheaf_container_of(pos, struct sheaf_tcache, link);
+		for (uint32_t i = 0; i < tc->n; i++) {
+			struct thread_pcs *tp = (struct thread_pcs *)tc->pcs[i];
+			for (unsigned spin = 0; tp && atomic_load(&tp->busy); spin++)
+				spin < 64 ? cpu_relax() : (void)sched_yield();
+		}
+	}
+	pthread_mutex_unlock(&sheaf_g.threads_lock);
+}
+
 void sheaf_percpu_fork_prepare(void)
 {
 	pthread_mutex_lock(&sheaf_g.caches_lock);
+	fork_quiesce_threads();
 	fork_lock_cpus();
 	sheaf_caches_lock_all();
 	pthread_mutex_lock(&sheaf_g.threads_lock);
@@ -588,6 +641,7 @@ static void fork_release(bool child)
 	pthread_mutex_unlock(&sheaf_g.threads_lock);
 	sheaf_caches_unlock_all();
 	fork_unlock_cpus(child);
+	atomic_store(&fork_pending, 0);
 	pthread_mutex_unlock(&sheaf_g.caches_lock);
 }
 
