@@ -176,60 +176,69 @@ static void rcu_run(struct bench_ctx *ctx)
 	static const int ns_full[] = { 10, 100, 1000 }, ns_quick[] = { 10, 1000 };
 	static const char *const variants[2] = { "partial", "queued" };
 	const int *ns = ctx->quick ? ns_quick : ns_full;
-	int nn = ctx->quick ? 2 : 3, rounds = ctx->quick ? 3 : 7;
+	int nn = ctx->quick ? 2 : 3, rounds = ctx->quick ? 3 : 9;
 	int k = ctx->quick ? 12 : 32;
 	double med[2][3][3]; /* variant, N, mode: median over rounds of the average, us */
+	/* Per (variant, N, mode): the child's average, total and maximum, by round. */
+	static double val[2][3][3][3][RCU_MAX_ROUNDS];
+	int got[2][3][3];
 
+	memset(got, 0, sizeof(got));
+	/* Every round runs every (N, mode) pair of a variant, N and mode both rotating, so
+	 * that drifts of this shared, noisy machine hit all of them alike. */
 	for (int v = 0; v < 2; v++) {
-		for (int ni = 0; ni < nn; ni++) {
-			double avg[3][RCU_MAX_ROUNDS], tot[3][RCU_MAX_ROUNDS], mxv[3][RCU_MAX_ROUNDS];
-			int got[3] = { 0, 0, 0 };
-			char topo[24], arg[64];
+		for (int r = 0; r < rounds; r++) {
+			for (int i = 0; i < nn; i++) {
+				int ni = (r + i) % nn;
+				char topo[24], arg[64];
 
-			snprintf(topo, sizeof(topo), "N=%d", ns[ni]);
-			for (int r = 0; r < rounds; r++) {
+				snprintf(topo, sizeof(topo), "N=%d", ns[ni]);
 				for (int j = 0; j < 3; j++) {
-					int m = (r + j) % 3; /* the first mode rotates every round */
+					int m = (r + j) % 3;
 					int n0 = ctx->nres;
-					const struct bench_result *ra, *rt, *rm;
+					const struct bench_result *rr[3];
+					static const char *const raw[3] = { "raw-avg", "raw-total", "raw-max" };
+					bool ok = true;
 
-					bench_progress(ctx, "rcu %s N=%d: round %d/%d, %s", variants[v], ns[ni],
-						       r + 1, rounds, rcu_modes[m]);
+					bench_progress(ctx, "rcu %s: round %d/%d, N=%d, %s", variants[v], r + 1,
+						       rounds, ns[ni], rcu_modes[m]);
 					snprintf(arg, sizeof(arg), "%s:%s:%d", variants[v], rcu_modes[m], ns[ni]);
-					if (bench_spawn_child(ctx, "rcu", arg, m == 1 ? rcu_env_global : NULL)) {
-						ctx->nres = n0;
-						continue;
+					if (bench_spawn_child(ctx, "rcu", arg, m == 1 ? rcu_env_global : NULL))
+						ok = false;
+					for (int q = 0; q < 3 && ok; q++) {
+						rr[q] = bench_find(ctx, "rcu", raw[q], topo, rcu_modes[m]);
+						ok = rr[q] && rr[q] - ctx->res >= n0;
 					}
-					ra = bench_find(ctx, "rcu", "raw-avg", topo, rcu_modes[m]);
-					rt = bench_find(ctx, "rcu", "raw-total", topo, rcu_modes[m]);
-					rm = bench_find(ctx, "rcu", "raw-max", topo, rcu_modes[m]);
-					if (ra && rt && rm && ra - ctx->res >= n0) {
-						avg[m][got[m]] = ra->st.med;
-						tot[m][got[m]] = rt->st.med;
-						mxv[m][got[m]] = rm->st.med;
-						got[m]++;
+					if (ok) {
+						for (int q = 0; q < 3; q++)
+							val[v][ni][m][q][got[v][ni][m]] = rr[q]->st.med;
+						got[v][ni][m]++;
 					}
 					/* The per-child records are folded into the medians below. */
 					ctx->nres = n0;
 				}
 			}
+		}
+		/* Report rows: variant "partial N=10", series "<mode> avg|total|max", contender
+		 * "sheaf" (the report's columns are allocators). */
+		for (int ni = 0; ni < nn; ni++) {
 			for (int m = 0; m < 3; m++) {
-				struct bench_stat st;
-				char var[40];
+				static const char *const what[3] = { "avg", "total", "max" };
+				char var[40], ser[24];
 
 				med[v][ni][m] = NAN;
-				if (!got[m])
+				if (!got[v][ni][m])
 					continue;
-				bench_stat_compute(avg[m], got[m], &st);
-				med[v][ni][m] = st.med;
-				snprintf(var, sizeof(var), "%s-avg", variants[v]);
-				bench_record(ctx, "rcu", var, topo, rcu_modes[m], "us", BH_MEDIAN, &st);
-				bench_stat_compute(tot[m], got[m], &st);
-				snprintf(var, sizeof(var), "%s-total", variants[v]);
-				bench_record(ctx, "rcu", var, topo, rcu_modes[m], "us", BH_MEDIAN, &st);
-				bench_stat_compute(mxv[m], got[m], &st);
-				snprintf(var, sizeof(var), "%s-max", variants[v]);
-				bench_record(ctx, "rcu", var, topo, rcu_modes[m], "us", BH_MEDIAN, &st);
+				snprintf(var, sizeof(var), "%s N=%d", variants[v], ns[ni]);
+				for (int q = 0; q < 3; q++) {
+					struct bench_stat st;
+
+					bench_stat_compute(val[v][ni][m][q], got[v][ni][m], &st);
+					if (q == 0)
+						med[v][ni][m] = st.med;
+					snprintf(ser, sizeof(ser), "%s %s", rcu_modes[m], what[q]);
+					bench_record(ctx, "rcu", var, ser, "sheaf", "us", BH_MEDIAN, &st);
+				}
 			}
 		}
 	}
@@ -272,15 +281,16 @@ static const struct bench_workload wl_rcu = {
 	.title = "Many caches, RCU churn, destroy latency (seed 000)",
 	.order = 30,
 	.about = "A background thread keeps free_rcu traffic (100,000 objects/s, round-robin) on N "
-		 "other caches; then 32 caches, each with deferred frees in flight (16 objects in "
+		 "other caches; then 32 caches (12 with --quick), each with deferred frees in flight (16 objects in "
 		 "its rcu_free sheaf; variant 'queued': 256, so full sheaves are already "
 		 "submitted), are destroyed one by one and each sheaf_cache_destroy() is timed. "
 		 "Contenders are barrier modes: per-cache (DESIGN D5, default), global "
 		 "(SHEAF_RCU_BARRIER=global: every cache's rcu sheaves flushed, then rcu_barrier(), "
 		 "as kvfree_rcu_barrier() before seed 000's fix) and k7 (SHEAF_KERNEL_COMPAT: "
 		 "this cache's sheaves, then rcu_barrier(), as Linux 7.0). Each run is a fresh child "
-		 "process; modes alternate; headline: median over rounds of the average destroy "
-		 "latency (also total and maximum per run).",
+		 "process; modes alternate. Rows: variant and N; series: mode and statistic (avg = "
+		 "average destroy latency of a run, total = sum over its destroys, max = its slowest "
+		 "destroy); value: median over rounds.",
 	.run = rcu_run,
 	.child = rcu_child,
 };
