@@ -13,7 +13,7 @@
  *  2. Extents (> 32 KiB, or alignment > 4 KiB): page-aligned anonymous
  *     mappings recorded in a sharded hash table keyed by address (no header,
  *     so a foreign pointer is never dereferenced).  Freed extents wait in a
- *     small cache (16 slots, 64 MiB) for reuse and are unmapped once they
+ *     cache (64 MiB, in size bins) for reuse and are unmapped once they
  *     have been idle for 1 s, checked on later large operations: prompt
  *     unmapping of large blocks is what made peers slow on malloc-large
  *     (peers.md §2.10 item 4), keeping them forever is what users complain
@@ -397,18 +397,49 @@ static size_t ext_lookup(const void *p, bool remove)
 
 /* ---- Extent cache ------------------------------------------------------------------ */
 
-struct xc_ent {
-	void *addr;
+/* Extent lengths are whole pages up to 16 KiB, then four steps per power of
+ * two up to SHEAF_MALLOC_EXTENT_CACHE_ONE, like the classes (at most 25 %
+ * more address space; pages never touched cost nothing).  Freed extents
+ * then fit later requests of nearby sizes: with page-exact lengths a cache
+ * of random sizes turns over through mmap and munmap, and each munmap of a
+ * multi-threaded process is a TLB shootdown on every CPU it runs on. */
+#define XC_BINS 48u /* 4 page bins, then 4 per doubling from 16 KiB to 32 MiB */
+
+static size_t extent_len(size_t n)
+{
+	size_t len = round_up(n, PAGE);
+	if (len <= 4 * PAGE || len > SHEAF_MALLOC_EXTENT_CACHE_ONE)
+		return len;
+	unsigned int k = 63u - (unsigned int)__builtin_clzll((unsigned long long)(len - 1));
+	return round_up(len, (size_t)1 << (k - 2));
+}
+
+/* Bin of an extent length produced by extent_len() (<= the cached maximum). */
+static unsigned int xc_bin(size_t len)
+{
+	if (len <= 4 * PAGE)
+		return (unsigned int)(len / PAGE) - 1;
+	unsigned int k = 63u - (unsigned int)__builtin_clzll((unsigned long long)(len - 1));
+	unsigned int s = (unsigned int)((len - 1) >> (k - 2)) - 4u;
+	return 4u + (k - 14u) * 4u + s;
+}
+
+/* A cached extent describes itself in its first bytes: it is ours, mapped,
+ * and nothing else uses it, so the cache needs no memory of its own and no
+ * bound on the number of entries, only on bytes. */
+struct xc_node {
+	struct xc_node *bin_next, *bin_prev; /* its size bin, most recent first */
+	struct xc_node *lru_next, *lru_prev; /* all cached extents, most recent first */
 	size_t len;
 	uint64_t freed_ns;
 };
 
-/* Entries in order of freeing, oldest first.  Protected by lock. */
+/* Protected by lock.  Circular lists with the heads as sentinels. */
 static struct {
 	pthread_mutex_t lock;
-	unsigned int n;
-	size_t bytes;
-	struct xc_ent e[SHEAF_MALLOC_EXTENT_CACHE_SLOTS];
+	size_t count, bytes;
+	struct xc_node lru;
+	struct xc_node bin[XC_BINS];
 } xc = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static uint64_t now_ns(void)
@@ -420,94 +451,122 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void xc_remove_locked(unsigned int i)
+static void xc_init_locked(void)
 {
-	xc.bytes -= xc.e[i].len;
-	memmove(&xc.e[i], &xc.e[i + 1], (xc.n - i - 1) * sizeof(xc.e[0]));
-	xc.n--;
+	if (xc.lru.lru_next)
+		return;
+	xc.lru.lru_next = xc.lru.lru_prev = &xc.lru;
+	for (unsigned int i = 0; i < XC_BINS; i++)
+		xc.bin[i].bin_next = xc.bin[i].bin_prev = &xc.bin[i];
 }
 
-/* Move the entries idle for the delay (or all, with @all) to @out. */
-static unsigned int xc_expire_locked(uint64_t now, bool all, struct xc_ent *out)
+static void xc_unlink_locked(struct xc_node *x)
 {
-	unsigned int k = 0;
-	while (xc.n && (all || now - xc.e[0].freed_ns >= SHEAF_MALLOC_EXTENT_DELAY_NS)) {
-		out[k++] = xc.e[0];
-		xc_remove_locked(0);
+	x->bin_prev->bin_next = x->bin_next;
+	x->bin_next->bin_prev = x->bin_prev;
+	x->lru_prev->lru_next = x->lru_next;
+	x->lru_next->lru_prev = x->lru_prev;
+	xc.count--;
+	xc.bytes -= x->len;
+}
+
+/* Take out the oldest entries while they have been idle for the delay, or
+ * while adding @add bytes would exceed the bound (or all, with @all); they
+ * are chained through bin_next for xc_unmap() after the lock is dropped. */
+static struct xc_node *xc_evict_locked(uint64_t now, size_t add, bool all)
+{
+	struct xc_node *victims = NULL;
+	while (xc.count) {
+		struct xc_node *old = xc.lru.lru_prev;
+		if (!all && now - old->freed_ns < SHEAF_MALLOC_EXTENT_DELAY_NS &&
+		    xc.bytes + add <= SHEAF_MALLOC_EXTENT_CACHE_BYTES)
+			break;
+		xc_unlink_locked(old);
+		old->bin_next = victims;
+		victims = old;
 	}
-	return k;
+	return victims;
 }
 
-static void xc_unmap(struct xc_ent *v, unsigned int k)
+static void xc_unmap(struct xc_node *v)
 {
-	for (unsigned int i = 0; i < k; i++) {
-		munmap(v[i].addr, v[i].len);
+	while (v) {
+		struct xc_node *next = v->bin_next;
+		munmap(v, v->len);
 		CTR_INC(extent_unmaps);
+		v = next;
 	}
 }
 
-/* A cached extent of at least @len bytes (and at most twice, so reuse never
- * more than doubles the footprint of a request), aligned to @align.  Its
- * length is returned in *@got. */
+/* A cached extent for a request of @len = extent_len(n) bytes aligned to
+ * @align: the most recently freed one of the same size, else of the next
+ * sizes up to twice @len (never more, so reuse at most doubles a request's
+ * footprint).  Its length is returned in *@got. */
 static void *xc_take(size_t len, size_t align, size_t *got)
 {
-	struct xc_ent victims[SHEAF_MALLOC_EXTENT_CACHE_SLOTS];
-	void *p = NULL;
+	if (len > SHEAF_MALLOC_EXTENT_CACHE_ONE)
+		return NULL;
+	struct xc_node *found = NULL;
+	unsigned int b = xc_bin(len);
 	pthread_mutex_lock(&xc.lock);
-	unsigned int k = xc_expire_locked(now_ns(), false, victims);
-	int best = -1;
-	for (unsigned int i = 0; i < xc.n; i++) {
-		const struct xc_ent *e = &xc.e[i];
-		if (e->len >= len && e->len / 2 <= len && ((uintptr_t)e->addr & (align - 1)) == 0 &&
-		    (best < 0 || e->len < xc.e[best].len))
-			best = (int)i;
+	xc_init_locked();
+	struct xc_node *victims = xc_evict_locked(now_ns(), 0, false);
+	for (unsigned int i = b; i < XC_BINS && i <= b + 4 && !found; i++) {
+		struct xc_node *x = xc.bin[i].bin_next;
+		if (x != &xc.bin[i] && x->len <= 2 * len && ((uintptr_t)x & (align - 1)) == 0)
+			found = x;
 	}
-	if (best >= 0) {
-		p = xc.e[best].addr;
-		*got = xc.e[best].len;
-		xc_remove_locked((unsigned int)best);
+	if (found) {
+		xc_unlink_locked(found);
+		*got = found->len;
 	}
 	pthread_mutex_unlock(&xc.lock);
-	xc_unmap(victims, k);
-	return p;
+	xc_unmap(victims);
+	return found;
 }
 
-/* Keep a freed extent for reuse, evicting the oldest to stay in bounds. */
+/* Keep a freed extent for reuse, giving back the oldest ones (or any idle for
+ * the delay) to stay within the byte bound. */
 static void xc_put(void *p, size_t len)
 {
-	struct xc_ent victims[SHEAF_MALLOC_EXTENT_CACHE_SLOTS + 1];
-	if (len > SHEAF_MALLOC_EXTENT_CACHE_ONE) {
+	if (len > SHEAF_MALLOC_EXTENT_CACHE_ONE || extent_len(len) != len) {
 		munmap(p, len);
 		CTR_INC(extent_unmaps);
 		return;
 	}
-	uint64_t now = now_ns();
+	struct xc_node *x = p;
+	x->len = len;
+	x->freed_ns = now_ns();
 	pthread_mutex_lock(&xc.lock);
-	unsigned int k = xc_expire_locked(now, false, victims);
-	while (xc.n && (xc.n == SHEAF_MALLOC_EXTENT_CACHE_SLOTS ||
-			xc.bytes + len > SHEAF_MALLOC_EXTENT_CACHE_BYTES)) {
-		victims[k++] = xc.e[0];
-		xc_remove_locked(0);
-	}
-	xc.e[xc.n++] = (struct xc_ent){ .addr = p, .len = len, .freed_ns = now };
+	xc_init_locked();
+	struct xc_node *victims = xc_evict_locked(x->freed_ns, len, false);
+	struct xc_node *bin = &xc.bin[xc_bin(len)];
+	x->bin_next = bin->bin_next;
+	x->bin_prev = bin;
+	bin->bin_next->bin_prev = x;
+	bin->bin_next = x;
+	x->lru_next = xc.lru.lru_next;
+	x->lru_prev = &xc.lru;
+	xc.lru.lru_next->lru_prev = x;
+	xc.lru.lru_next = x;
+	xc.count++;
 	xc.bytes += len;
 	pthread_mutex_unlock(&xc.lock);
-	xc_unmap(victims, k);
+	xc_unmap(victims);
 }
 
 void sheaf_malloc_extent_cache_drain(void)
 {
-	struct xc_ent victims[SHEAF_MALLOC_EXTENT_CACHE_SLOTS];
 	pthread_mutex_lock(&xc.lock);
-	unsigned int k = xc_expire_locked(0, true, victims);
+	struct xc_node *victims = xc_evict_locked(0, 0, true);
 	pthread_mutex_unlock(&xc.lock);
-	xc_unmap(victims, k);
+	xc_unmap(victims);
 }
 
 void sheaf_malloc_extent_cache_stat(size_t *count, size_t *bytes)
 {
 	pthread_mutex_lock(&xc.lock);
-	*count = xc.n;
+	*count = xc.count;
 	*bytes = xc.bytes;
 	pthread_mutex_unlock(&xc.lock);
 }
@@ -539,7 +598,7 @@ static void *large_alloc(size_t n, size_t align, bool zero)
 		errno = ENOMEM;
 		return NULL;
 	}
-	size_t len = round_up(n, PAGE), got = 0;
+	size_t len = extent_len(n), got = 0;
 	if (align < PAGE)
 		align = PAGE;
 	void *p = xc_take(len, align, &got);
@@ -574,7 +633,7 @@ static void *extent_resize(void *p, size_t len, size_t n)
 		errno = ENOMEM;
 		return NULL;
 	}
-	size_t nlen = round_up(n, PAGE);
+	size_t nlen = extent_len(n);
 	if (nlen == len)
 		return p;
 	/* Take it out of the registry while its address and length change;

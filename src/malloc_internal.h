@@ -134,7 +134,6 @@ void sheaf_malloc_extent_cache_drain(void);
 void sheaf_malloc_extent_cache_stat(size_t *count, size_t *bytes);
 
 #define SHEAF_MALLOC_EXTENT_DELAY_NS 1000000000ull /* cached extents age out after 1 s */
-#define SHEAF_MALLOC_EXTENT_CACHE_SLOTS 16u
 #define SHEAF_MALLOC_EXTENT_CACHE_BYTES (64u << 20)  /* at most 64 MiB cached */
 #define SHEAF_MALLOC_EXTENT_CACHE_ONE (32u << 20)    /* larger extents are never cached */
 
