@@ -629,8 +629,8 @@ SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj)
 		 * only for an object of this cache, and undo it if the sequence fails
 		 * (the slow path marks it again). */
 		uintptr_t key = sheaf_page_key(obj);
-		if (!key || ((struct sheaf_node *)key)->cache != c || !sheaf_track_cache(c) ||
-		    sheaf_free_check_hook)
+		if (sheaf_g.mode != SHEAF_MODE_PERCPU || !key || ((struct sheaf_node *)key)->cache != c ||
+		    !sheaf_track_cache(c) || sheaf_free_check_hook)
 			goto slow;
 		if (sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
 			sheaf_report_error(c, obj, "double free of");
@@ -639,7 +639,11 @@ SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj)
 		SHEAF_RSEQ_PUSH(c, obj, untrack);
 		return;
 untrack:
-		sheaf_track_obj_alloc(c, obj);
+		/* The contents stay as they were: defined (the slow path reads sheaf
+		 * metadata objects, and the hook reads the object). */
+		if (sheaf_track_asan_ok(c))
+			sheaf_track_asan_unpoison(obj, c->object_size);
+		sheaf_track_vg_malloc(obj, c->object_size, 1);
 		goto slow;
 	}
 	SHEAF_RSEQ_PUSH(c, obj, slow);
