@@ -75,6 +75,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <urcu/urcu-memb.h>
 
@@ -126,6 +127,11 @@ static const struct rcu_ops flavors[] = {
 #define FLAVOR_USED 0x100u
 #define FLAVOR_WARM 0x200u
 static atomic_uint flavor_word = SHEAF_RCU_MEMB;
+
+/* Callbacks of this library queued in liburcu and not finished (tickets, deferred page
+ * frees): the library destructor waits for them (see rcu_free_unload()). */
+static atomic_long cbs_pending;
+static atomic_int warm_pid; /* the process whose call_rcu worker exists (not a fork child) */
 
 #if defined(__SANITIZE_THREAD__)
 void __tsan_acquire(void *addr);
@@ -227,6 +233,7 @@ static const struct rcu_ops *rcu_use(void)
 	w = atomic_fetch_or(&flavor_word, FLAVOR_USED) | FLAVOR_USED;
 	const struct rcu_ops *ops = &flavors[w & FLAVOR_MASK];
 	(void)ops->warm(); /* thread-safe and idempotent in liburcu */
+	atomic_store(&warm_pid, (int)getpid());
 	atomic_fetch_or(&flavor_word, FLAVOR_WARM);
 	return ops;
 }
@@ -403,6 +410,7 @@ static void ticket_launch_locked(struct sheaf_cache *c, struct rcu_state *st)
 	units_splice(&t->u, &st->next);
 	st->ticket = t;
 	st->ticket_seq++;
+	atomic_fetch_add(&cbs_pending, 1);
 	tsan_release(t);
 	rcu_ops_cur()->call(&t->head, ticket_cb);
 }
@@ -415,6 +423,7 @@ static void ticket_cb(struct rcu_head *head)
 	if (!atomic_compare_exchange_strong(&t->state, &expect, TICKET_RUNNING)) {
 		/* A barrier took the units and returned them itself; the cache may be gone. */
 		sheaf_meta_free(t, sizeof(*t));
+		atomic_fetch_sub(&cbs_pending, 1);
 		return;
 	}
 	struct sheaf_cache *c = t->cache;
@@ -432,6 +441,7 @@ static void ticket_cb(struct rcu_head *head)
 	pthread_cond_broadcast(&st->cv);
 	pthread_mutex_unlock(&st->lock);
 	sheaf_meta_free(t, sizeof(*t));
+	atomic_fetch_sub(&cbs_pending, 1);
 }
 
 /* ---- Submission ---------------------------------------------------------------------- */
@@ -790,6 +800,7 @@ static void deferred_pages_cb(struct rcu_head *head)
 	tsan_acquire(d);
 	sheaf_page_free(d->mem, d->order, d->nid);
 	sheaf_meta_free(d, sizeof(*d));
+	atomic_fetch_sub(&cbs_pending, 1);
 }
 
 void sheaf_rcu_defer_pages(struct sheaf_cache *c, void *mem, unsigned order, int nid)
@@ -803,7 +814,36 @@ void sheaf_rcu_defer_pages(struct sheaf_cache *c, void *mem, unsigned order, int
 	d->mem = mem;
 	d->order = order;
 	d->nid = nid;
+	atomic_fetch_add(&cbs_pending, 1);
 	tsan_release(d);
 	/* The flavour was warmed when the cache was created (sheaf_rcu_cache_init). */
 	rcu_use()->call(&d->head, deferred_pages_cb);
+}
+
+/* liburcu's rule for libraries that use call_rcu(): callbacks must not outlive the
+ * library's code (dlclose).  sheaf_cache_destroy() does not call rcu_barrier() (DESIGN
+ * D5), and a ticket a barrier orphaned still has its callback queued, so the library
+ * waits here, at unload or process exit, and only when one of its callbacks is pending
+ * (a program that just freed with free_rcu pays one rcu_barrier(), 10-20 ms, at exit).
+ * Not inside a read-side critical section, where rcu_barrier() cannot wait; not in the
+ * child of a fork, where liburcu's worker does not exist unless the program ran
+ * liburcu's fork handlers (rcu_barrier() would never return); and a bounded number of
+ * times, since other threads may still be freeing while the process exits. */
+__attribute__((destructor)) static void rcu_free_unload(void)
+{
+	if (!atomic_load(&cbs_pending) || !(atomic_load(&flavor_word) & FLAVOR_WARM) ||
+	    atomic_load(&warm_pid) != (int)getpid())
+		return;
+	const struct rcu_ops *ops = rcu_ops_cur();
+	bool online = false;
+	if (ops->ongoing()) {
+		if (!is_qsbr(ops))
+			return;
+		ops->offline();
+		online = true;
+	}
+	for (int i = 0; i < 3 && atomic_load(&cbs_pending); i++)
+		ops->barrier_all(); /* a callback may queue the next ticket */
+	if (online)
+		ops->online();
 }
