@@ -24,6 +24,13 @@ typedef struct sheaf_cache *(*create_fn)(const char *, size_t, const struct shea
 
 int main(void)
 {
+#if defined(__SANITIZE_THREAD__)
+	/* TSan intercepts atexit() with its own list, which dlclose() does not prune: the
+	 * exit handler libsheaf registers (statistics at exit, cache.c) would then run in
+	 * unmapped code.  Nothing to do with RCU; the test runs in the other builds. */
+	printf("1..0 # SKIP dlclose under TSan (its atexit interceptor outlives the library)\n");
+	return 0;
+#endif
 	urcu_memb_register_thread(); /* this program uses liburcu itself: it stays loaded */
 	const char *bindir = getenv("SHEAF_TEST_BINDIR");
 	char path[4096];
