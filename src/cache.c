@@ -687,6 +687,8 @@ SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **
 		}
 		sheaf_pcs_unlock(c, pcs);
 	}
+	for (size_t i = 0; i < done; i++)
+		sheaf_track_obj_alloc(c, objs[i]);
 	if (done < n) {
 		size_t rest = n - done;
 		struct sheaf_node *nd = local_mem_node(c);
@@ -854,7 +856,9 @@ SHEAF_API void *sheaf_cache_alloc_from(struct sheaf_cache *c, struct sheaf_prefi
 	sheaf_wr(s->size, s->size - 1);
 	/* Counted like any allocation from a sheaf (K§6.1 ALLOC_FASTPATH). */
 	sheaf_stat_atomic(c, SHEAF_STAT_ALLOC_FASTPATH, 1);
-	return s->objects[s->size];
+	void *o = s->objects[s->size];
+	sheaf_track_obj_alloc(c, o); /* track.h */
+	return o;
 }
 
 SHEAF_API unsigned int sheaf_prefilled_size(const struct sheaf_prefilled *p)
