@@ -59,8 +59,11 @@ for f in lib/libsheaf.so lib/libsheaf.a lib/pkgconfig/sheaf.pc; do
 		bad "P/$f missing${where:+ (installed as: $where)}"
 	fi
 done
-if [ -e "$P/lib/libsheaf.so" ] && ! readelf -d "$P/lib/libsheaf.so" | grep -q 'SONAME.*libsheaf\.so'; then
-	bad "libsheaf.so has no SONAME"
+# (Outputs are captured before grep: with pipefail, `cmd | grep -q` fails at
+# random when grep exits early and cmd gets SIGPIPE.)
+if [ -e "$P/lib/libsheaf.so" ]; then
+	dyn=$(readelf -d "$P/lib/libsheaf.so")
+	if grep -q 'SONAME.*libsheaf\.so' <<<"$dyn"; then ok "libsheaf.so has a SONAME"; else bad "libsheaf.so has no SONAME"; fi
 fi
 [ $fails -eq 0 ] || die "installed tree incomplete; listing:$(cd "$P" && find . -type f | sed 's/^/ /')"
 
@@ -187,10 +190,11 @@ if "$CC" -std=c11 -Wall -Wextra -Werror "${san[@]}" $pcflags "$tmp/user.c" -o "$
 	$pclibs 2>"$tmp/cc.err"; then
 	ok "user program links with pkg-config --cflags --libs sheaf"
 	run_user "shared-linked" env LD_LIBRARY_PATH="$P/lib" "$tmp/user-shared"
-	if LD_LIBRARY_PATH=$P/lib ldd "$tmp/user-shared" | grep -q "$P/lib/libsheaf.so"; then
+	deps=$(LD_LIBRARY_PATH=$P/lib ldd "$tmp/user-shared")
+	if grep -qF "=> $P/lib/libsheaf.so" <<<"$deps"; then
 		ok "it loaded P/lib/libsheaf.so"
 	else
-		bad "it did not load P/lib/libsheaf.so: $(LD_LIBRARY_PATH=$P/lib ldd "$tmp/user-shared" | grep sheaf)"
+		bad "it did not load P/lib/libsheaf.so: $(grep sheaf <<<"$deps")"
 	fi
 else
 	cat "$tmp/cc.err"
@@ -206,7 +210,8 @@ done
 if "$CC" -std=c11 -Wall -Wextra -Werror "${san[@]}" $pcflags "$tmp/user.c" -o "$tmp/user-static" \
 	"${static_libs[@]}" 2>"$tmp/cc.err"; then
 	ok "user program links statically: pkg-config --static, libsheaf.a"
-	if readelf -d "$tmp/user-static" | grep -q 'NEEDED.*libsheaf'; then
+	dyn=$(readelf -d "$tmp/user-static")
+	if grep -q 'NEEDED.*libsheaf' <<<"$dyn"; then
 		bad "static program still needs libsheaf.so"
 	else
 		ok "static program does not need libsheaf.so"
