@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -41,6 +42,66 @@ static __thread struct {
 } __attribute__((aligned(32))) dummy_area = { 0, -2, 0 };
 
 static bool fence_by_cpu; /* MEMBARRIER_CMD_FLAG_CPU works (Linux 5.10+) */
+
+/* The slots of every sequence (rseq.h SHEAF_RSEQ_TAIL), bounded by the linker. */
+extern uintptr_t __start_sheaf_rseq_slots[] __attribute__((weak, visibility("hidden")));
+extern uintptr_t __stop_sheaf_rseq_slots[] __attribute__((weak, visibility("hidden")));
+
+struct rseq_cs_copy {
+	uint32_t version, flags;
+	uint64_t start_ip, post_commit_offset, abort_ip;
+} __attribute__((aligned(32)));
+
+/* The copies: n descriptors, then the signature word that defused descriptors name. */
+static struct rseq_cs_copy *cs_copy;
+static size_t cs_n, cs_len;
+
+/* Copy the descriptors to a page that outlives a dlclose() of libsheaf.so and point
+ * the slots at the copies (rseq.h explains why).  Once per load of the library,
+ * before any cache exists, so no sequence runs meanwhile; the page (a few hundred
+ * bytes used) is deliberately never unmapped. */
+static void descriptors_relocate(void)
+{
+	uintptr_t *b = __start_sheaf_rseq_slots, *e = __stop_sheaf_rseq_slots;
+	if (cs_copy || !b || !e || e <= b)
+		return;
+	size_t n = (size_t)(e - b);
+	size_t len = SHEAF_ALIGN_UP((n + 1) * sizeof(struct rseq_cs_copy), SHEAF_PAGE_SIZE);
+	struct rseq_cs_copy *copy = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (copy == MAP_FAILED)
+		return; /* keep the in-library descriptors: only dlclose is then unsafe */
+	*(uint32_t *)&copy[n] = SHEAF_RSEQ_SIG;
+	for (size_t i = 0; i < n; i++) {
+		memcpy(&copy[i], (const void *)b[i], sizeof(copy[i]));
+		__atomic_store_n(&b[i], (uintptr_t)&copy[i], __ATOMIC_RELEASE);
+	}
+	(void)mprotect(copy, len, PROT_READ);
+	cs_copy = copy;
+	cs_n = n;
+	cs_len = len;
+}
+
+/* dlclose() (or exit): a thread whose rseq_cs still names one of our descriptors
+ * makes the kernel read the descriptor and the signature before abort_ip at its next
+ * preemption, even outside the sequence; with libsheaf.so unmapped the abort handler
+ * is gone and the thread would get SIGSEGV.  Defuse every copy: an empty range at
+ * address 0 (no thread is ever inside it, so the kernel just clears rseq_cs) whose
+ * abort_ip follows a signature word on the same, still mapped, page.  By contract
+ * nothing allocates through this library while it is unloaded; at process exit a
+ * thread still inside a sequence would lose its restart protection for the last
+ * instants of the process. */
+__attribute__((destructor)) static void descriptors_defuse(void)
+{
+	if (!cs_copy || mprotect(cs_copy, cs_len, PROT_READ | PROT_WRITE) != 0)
+		return;
+	for (size_t i = 0; i < cs_n; i++) {
+		struct rseq_cs_copy d = { 0, 0, 0, 0, (uint64_t)(uintptr_t)&cs_copy[cs_n] + sizeof(uint32_t) };
+		__atomic_store_n(&cs_copy[i].abort_ip, d.abort_ip, __ATOMIC_RELAXED);
+		__atomic_store_n(&cs_copy[i].post_commit_offset, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&cs_copy[i].start_ip, 0, __ATOMIC_RELAXED);
+	}
+	(void)mprotect(cs_copy, cs_len, PROT_READ);
+}
 
 static long membarrier(int cmd, unsigned flags, int cpu)
 {
@@ -77,6 +138,7 @@ int sheaf_rseq_init(char *why, size_t len)
 	else
 		sheaf_rseq_offset = (char *)&dummy_area - thread_pointer();
 	sheaf_rseq_free_limit = sheaf_heap.size;
+	descriptors_relocate();
 #if !SHEAF_HAVE_RSEQ
 	snprintf(why, len, "%s", SHEAF_RSEQ_TSAN ? "ThreadSanitizer build (cannot follow rseq restarts)"
 						  : "no restartable-sequence fast path for this architecture");
@@ -145,7 +207,7 @@ int sheaf_rseq_lock(struct sheaf_sheaf **mainv, struct sheaf_sheaf *locked, stru
 		long cpu;
 		struct sheaf_sheaf *old;
 		asm goto("mov sheaf_rseq_offset(%%rip), %%rdx\n\t"
-			 "lea .Lsheaf_lock_cs%=(%%rip), %%r8\n\t"
+			 "mov .Lsheaf_lock_slot%=(%%rip), %%r8\n\t"
 			 "mov %%r8, %%fs:8(%%rdx)\n"
 			 ".Lsheaf_lock_start%=:\n\t"
 			 "movslq %%fs:4(%%rdx), %[cpu]\n\t"

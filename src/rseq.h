@@ -98,15 +98,28 @@ void sheaf_rseq_fork_child(void);
 #if SHEAF_HAVE_RSEQ
 
 /* Common tail of a sequence @p: its descriptor (struct rseq_cs: version, flags,
- * start_ip, post_commit_offset, abort_ip) and its abort handler, preceded by the
- * signature (encoded as the operand of a ud1 so disassemblers stay in step), out of
- * line in .text.unlikely: an abort leaves for @slow. */
+ * start_ip, post_commit_offset, abort_ip), a slot holding the descriptor's address, and
+ * its abort handler, preceded by the signature (encoded as the operand of a ud1 so
+ * disassemblers stay in step), out of line in .text.unlikely: an abort leaves for @slow.
+ *
+ * The sequence publishes the address found in its slot (one RIP-relative load, like the
+ * lea it replaces).  sheaf_rseq_init() copies every descriptor to a page that is never
+ * unmapped and points the slots there: a thread's rseq_cs keeps pointing at the last
+ * descriptor it used until the kernel clears it, and if that descriptor were inside
+ * libsheaf.so, a dlclose() would leave the kernel reading unmapped memory at that
+ * thread's next preemption (SIGSEGV).  The copy outlives the library; the kernel then
+ * finds the thread outside the (stale) range and clears rseq_cs. */
 #define SHEAF_RSEQ_TAIL(p, slow)                                                         \
 	".pushsection __rseq_cs, \"aw\"\n\t"                                              \
 	".balign 32\n"                                                                    \
 	p "_cs%=:\n\t"                                                                    \
 	".long 0, 0\n\t"                                                                  \
 	".quad " p "_start%=, " p "_end%= - " p "_start%=, " p "_abort%=\n\t"             \
+	".popsection\n\t"                                                                 \
+	".pushsection sheaf_rseq_slots, \"aw\"\n\t"                                       \
+	".balign 8\n"                                                                     \
+	p "_slot%=:\n\t"                                                                  \
+	".quad " p "_cs%=\n\t"                                                            \
 	".popsection\n\t"                                                                 \
 	".pushsection .text.unlikely.sheaf_rseq, \"ax\"\n\t"                              \
 	".byte 0x0f, 0xb9, 0x3d\n\t"                                                      \
@@ -120,7 +133,7 @@ void sheaf_rseq_fork_child(void);
 /* Alloc fast path: pops into @obj, or jumps to label @slow.  11 instructions. */
 #define SHEAF_RSEQ_POP(c, obj, slow)                                                      \
 	asm goto("mov sheaf_rseq_offset(%%rip), %%rdx\n\t"                                 \
-		 "lea .Lsheaf_pop_cs%=(%%rip), %%rcx\n\t"                                   \
+		 "mov .Lsheaf_pop_slot%=(%%rip), %%rcx\n\t"                                   \
 		 "mov %%rcx, %%fs:8(%%rdx)\n"                                              \
 		 ".Lsheaf_pop_start%=:\n\t"                                                 \
 		 "movslq %%fs:4(%%rdx), %%rcx\n\t"                                         \
@@ -151,7 +164,7 @@ void sheaf_rseq_fork_child(void);
 		 "mov sheaf_heap+%c[hmap](%%rip), %%rdx\n\t"                               \
 		 "mov (%%rdx,%%rax,8), %%rdx\n\t"                                          \
 		 "mov sheaf_rseq_offset(%%rip), %%rax\n\t"                                 \
-		 "lea .Lsheaf_push_cs%=(%%rip), %%rcx\n\t"                                  \
+		 "mov .Lsheaf_push_slot%=(%%rip), %%rcx\n\t"                                  \
 		 "mov %%rcx, %%fs:8(%%rax)\n"                                              \
 		 ".Lsheaf_push_start%=:\n\t"                                                \
 		 "movslq %%fs:4(%%rax), %%rcx\n\t"                                         \
