@@ -491,16 +491,24 @@ void sheaf_pcs_teardown_cache(struct sheaf_cache *c)
 			__atomic_store_n(&tc->pcs[c->id], NULL, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&sheaf_g.threads_lock);
+	/* Take the list out under pcs_lock, drain outside it: draining frees metadata,
+	 * whose caches' list locks fork takes after every pcs_lock (design §4). */
+	struct sheaf_list gone, *tmp;
+	sheaf_list_init(&gone);
 	pthread_mutex_lock(&c->pcs_lock);
-	struct sheaf_list *tmp;
 	sheaf_list_for_each_safe(pos, tmp, &c->pcs_list)
+	{
+		sheaf_list_del(pos);
+		sheaf_list_add(pos, &gone);
+	}
+	pthread_mutex_unlock(&c->pcs_lock);
+	sheaf_list_for_each_safe(pos, tmp, &gone)
 	{
 		struct sheaf_pcs *pcs = sheaf_container_of(pos, struct sheaf_pcs, link);
 		sheaf_list_del(&pcs->link);
 		sheaf_pcs_drain(c, pcs, true);
 		pcs_free(c, pcs, sizeof(struct thread_pcs));
 	}
-	pthread_mutex_unlock(&c->pcs_lock);
 	if (c->cpu_pcs) {
 		/* Per-CPU mode: every CPU stays locked for good, so a late free of a
 		 * leaked object (destroy kept the cache) takes the slab path. */
