@@ -426,14 +426,14 @@ static struct dobj *backing_alloc_batch(void)
 }
 
 /* Make sure the pools can serve a record without the backing cache; called
- * with no lock held.  @force: a previous attempt found nothing. */
-static void fill_pool(bool force)
+ * with no lock held. */
+static void fill_pool(void)
 {
 	struct pcpool *p = &tl_pool;
 	if (pool_mode == SHEAF_DEBUG_POOL_SINGLE) {
 		/* Every thread that sees a low level refills, one record at a
 		 * time: the behaviour the batched pool is measured against. */
-		while (force || __atomic_load_n(&pool.global.cnt, __ATOMIC_RELAXED) < POOL_MIN) {
+		while (__atomic_load_n(&pool.global.cnt, __ATOMIC_RELAXED) < POOL_MIN) {
 			in_tracker++;
 			struct dobj *o = sheaf_cache_alloc(backing);
 			in_tracker--;
@@ -446,15 +446,14 @@ static void fill_pool(bool force)
 			pool.global.head = o;
 			cnt_set(&pool.global.cnt, pool.global.cnt + 1);
 			pthread_mutex_unlock(&pool.lock);
-			force = false;
 		}
 		return;
 	}
 
-	if (p->cnt && !force)
+	if (p->cnt)
 		return;
 	unsigned long level = __atomic_load_n(&pool.global.cnt, __ATOMIC_RELAXED);
-	if (level >= POOL_MIN && !force)
+	if (level >= POOL_MIN)
 		return;
 
 	/* Records waiting in the to-free pool come back first: cheap, and no
@@ -470,8 +469,7 @@ static void fill_pool(bool force)
 		return;
 
 	/* Seed point 1: one refiller at a time unless the level is critical. */
-	if (__atomic_fetch_add(&st.refilling, 1, __ATOMIC_ACQ_REL) > 0 && level >= POOL_CRIT &&
-	    !force) {
+	if (__atomic_fetch_add(&st.refilling, 1, __ATOMIC_ACQ_REL) > 0 && level >= POOL_CRIT) {
 		__atomic_fetch_sub(&st.refilling, 1, __ATOMIC_RELEASE);
 		ADD(refills_skipped, 1);
 		return;
@@ -491,6 +489,17 @@ static void fill_pool(bool force)
 			break;
 	}
 	__atomic_fetch_sub(&st.refilling, 1, __ATOMIC_RELEASE);
+}
+
+static void note_in_use(void)
+{
+	if (!__atomic_load_n(&pool_started, __ATOMIC_RELAXED))
+		__atomic_store_n(&pool_started, true, __ATOMIC_RELAXED);
+	unsigned long n = ADD(in_use, 1) + 1;
+	unsigned long m = GET(max_in_use);
+	while (n > m && !__atomic_compare_exchange_n(&st.max_in_use, &m, n, true, __ATOMIC_RELAXED,
+						      __ATOMIC_RELAXED))
+		;
 }
 
 /* Take one record from the pools; called with a bucket lock held, so it
@@ -523,16 +532,44 @@ static struct dobj *rec_alloc(void)
 		}
 		o = pcp_pop(p);
 	}
-	if (o) {
-		if (!__atomic_load_n(&pool_started, __ATOMIC_RELAXED))
-			__atomic_store_n(&pool_started, true, __ATOMIC_RELAXED);
-		unsigned long n = ADD(in_use, 1) + 1;
-		unsigned long m = GET(max_in_use);
-		while (n > m && !__atomic_compare_exchange_n(&st.max_in_use, &m, n, true,
-							      __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-			;
-	}
+	if (o)
+		note_in_use();
 	return o;
+}
+
+/* A record straight from the backing cache, with no lock held: for when the
+ * pools ran dry between the refill and the bucket lock (other threads took
+ * what was refilled).  Not counted in use until it is inserted. */
+static struct dobj *backing_alloc_one(void)
+{
+	in_tracker++;
+	struct dobj *o = sheaf_cache_alloc(backing);
+	in_tracker--;
+	if (o)
+		ADD(cache_allocs, 1);
+	return o;
+}
+
+/* Give back a record that was never in use, with a bucket lock held: never
+ * calls the backing cache (single mode may overshoot POOL_MAX by one). */
+static void rec_put_locked(struct dobj *o)
+{
+	if (pool_mode == SHEAF_DEBUG_POOL_SINGLE) {
+		pthread_mutex_lock(&pool.lock);
+		o->next = pool.global.head;
+		pool.global.head = o;
+		cnt_set(&pool.global.cnt, pool.global.cnt + 1);
+		pthread_mutex_unlock(&pool.lock);
+		return;
+	}
+	struct pcpool *p = &tl_pool;
+	pcp_push(p, o);
+	if (!p->registered) {
+		p->registered = true;
+		pthread_setspecific(exit_key, p);
+	}
+	if (p->cnt >= PCPU_MAX && p->cnt % BATCH == 0)
+		park_batch(pcp_take_group(p));
 }
 
 static void ewma_sample(unsigned long long now)
@@ -668,17 +705,26 @@ static void start_tracking(void)
 }
 
 /* Look up @addr's record, or start tracking it in state INIT.  Returns with
- * the bucket locked; NULL only if no record could be had at all. */
+ * the bucket locked; NULL only when the backing cache has no memory. */
 static struct dobj *lookup_or_alloc(struct bucket *b, void *addr,
 				    const struct sheaf_debug_obj_descr *d, const void *site)
 {
-	fill_pool(false);
-	for (int attempt = 0; attempt < 3; attempt++) {
+	struct dobj *spare = NULL;
+	fill_pool();
+	for (;;) {
 		bucket_lock(b);
 		struct dobj *o = lookup_locked(b, addr);
-		if (o)
+		if (o) {
+			if (spare)
+				rec_put_locked(spare);
 			return o;
-		o = rec_alloc();
+		}
+		if (spare) {
+			o = spare;
+			note_in_use();
+		} else {
+			o = rec_alloc();
+		}
 		if (o) {
 			o->addr = addr;
 			o->descr = d;
@@ -691,10 +737,14 @@ static struct dobj *lookup_or_alloc(struct bucket *b, void *addr,
 			return o;
 		}
 		bucket_unlock(b);
-		fill_pool(true);
+		/* The pools ran dry under us: one record from the cache, then
+		 * look again (another thread may have tracked @addr meanwhile). */
+		spare = backing_alloc_one();
+		if (!spare) {
+			bucket_lock(b);
+			return NULL;
+		}
 	}
-	bucket_lock(b);
-	return NULL;
 }
 
 /* ---- Reports -------------------------------------------------------------- */
@@ -817,6 +867,10 @@ static void do_init(void *addr, const struct sheaf_debug_obj_descr *d, const voi
 	struct snapshot s;
 	if (!o) {
 		bucket_unlock(b);
+		/* No memory for a record: say so (counted, rate-limited); the
+		 * object's later operations will report "not available". */
+		s = (struct snapshot){ addr, d, NULL, SHEAF_DEBUG_STATE_NOTAVAILABLE };
+		report("init (out of memory for a tracking record)", &s, caller);
 		return;
 	}
 	switch (o->state) {
