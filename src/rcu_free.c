@@ -29,8 +29,9 @@
  * sheaf_cache_rcu_barrier(c) takes, under the locks that guard them, everything of @c
  * that waits for a grace period: every pcs's partly filled rcu_free sheaf (walk under
  * pcs->rcu_lock), the fallback batch and the next list (rcu_state.lock), and the ticket
- * in flight if its callback has not started: the ticket's state goes OPEN -> ORPHANED
- * by compare-and-swap, and a callback that finds its ticket ORPHANED only frees the
+ * in flight if its callback has not started: the ticket's state goes OPEN -> CLAIMING
+ * by compare-and-swap, the barrier moves the ticket's units out, then stores ORPHANED;
+ * a callback that lost the compare-and-swap waits for ORPHANED and only frees the
  * ticket, never touching the cache.  Every object taken was freed before it was taken,
  * so one synchronize_rcu() in the calling thread, started afterwards, is a grace period
  * for all of them; the barrier then returns them itself.  If the ticket's callback won
@@ -74,6 +75,7 @@
  * ticket (tsan_release()/tsan_acquire() below).
  */
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -157,13 +159,15 @@ struct rcu_units {
 	long units;                 /* sheaves + batches */
 };
 
-enum { TICKET_OPEN, TICKET_RUNNING, TICKET_ORPHANED };
+/* OPEN -> RUNNING (the callback) or OPEN -> CLAIMING -> ORPHANED (a barrier; it touches
+ * the ticket only while CLAIMING, and the callback frees it only once ORPHANED). */
+enum { TICKET_OPEN, TICKET_RUNNING, TICKET_CLAIMING, TICKET_ORPHANED };
 
 /* One call_rcu for every unit of a cache submitted since the previous one. */
 struct rcu_ticket {
 	struct rcu_head head;       /* liburcu hands it back */
 	struct sheaf_cache *cache;
-	atomic_int state;           /* OPEN -> RUNNING (callback) or ORPHANED (barrier) */
+	atomic_int state;           /* TICKET_*, see above */
 	struct rcu_units u;         /* owned by whoever moved state out of OPEN */
 };
 
@@ -421,7 +425,11 @@ static void ticket_cb(struct rcu_head *head)
 	tsan_acquire(t);
 	int expect = TICKET_OPEN;
 	if (!atomic_compare_exchange_strong(&t->state, &expect, TICKET_RUNNING)) {
-		/* A barrier took the units and returned them itself; the cache may be gone. */
+		/* A barrier took the units and returns them itself; the cache may be gone.
+		 * Wait until the barrier is done with the ticket (a few stores under its
+		 * lock), then free it. */
+		while (atomic_load_explicit(&t->state, memory_order_acquire) != TICKET_ORPHANED)
+			sched_yield();
 		sheaf_meta_free(t, sizeof(*t));
 		atomic_fetch_sub(&cbs_pending, 1);
 		return;
@@ -696,11 +704,13 @@ static void cache_take(struct sheaf_cache *c, struct taken *tk)
 	struct rcu_ticket *t = st->ticket;
 	if (t) {
 		int expect = TICKET_OPEN;
-		if (atomic_compare_exchange_strong(&t->state, &expect, TICKET_ORPHANED)) {
-			/* The callback will only free the ticket. */
+		if (atomic_compare_exchange_strong(&t->state, &expect, TICKET_CLAIMING)) {
+			/* The callback will only free the ticket, once it reads ORPHANED: the
+			 * last touch of @t here is that store. */
 			tk->submitted += t->u.units;
 			units_splice(&tk->u, &t->u);
 			st->ticket = NULL;
+			atomic_store_explicit(&t->state, TICKET_ORPHANED, memory_order_release);
 		} else {
 			tk->running = true;
 			tk->running_seq = st->ticket_seq;
