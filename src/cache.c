@@ -851,12 +851,18 @@ SHEAF_API struct sheaf_prefilled *sheaf_cache_prefill(struct sheaf_cache *c, uns
 SHEAF_API void *sheaf_cache_alloc_from(struct sheaf_cache *c, struct sheaf_prefilled *p)
 {
 	struct sheaf_sheaf *s = to_sheaf(p);
-	if (!s || s->size == 0)
-		return NULL;
-	sheaf_wr(s->size, s->size - 1);
-	/* Counted like any allocation from a sheaf (K§6.1 ALLOC_FASTPATH). */
-	sheaf_stat_atomic(c, SHEAF_STAT_ALLOC_FASTPATH, 1);
-	void *o = s->objects[s->size];
+	void *o;
+	do {
+		if (!s || s->size == 0)
+			return NULL;
+		sheaf_wr(s->size, s->size - 1);
+		/* Counted like any allocation from a sheaf (K§6.1 ALLOC_FASTPATH). */
+		sheaf_stat_atomic(c, SHEAF_STAT_ALLOC_FASTPATH, 1);
+		o = s->objects[s->size];
+		/* A debug cache's prefilled objects come straight from its slabs, still
+		 * free: check and mark them as every other allocation (corrupt: leaked). */
+	} while (sheaf_unlikely(c->debug_flags) &&
+		 sheaf_debug_slab_alloc(c, o, __builtin_return_address(0)) != 0);
 	sheaf_track_obj_alloc(c, o); /* track.h */
 	return o;
 }

@@ -251,6 +251,49 @@ static void test_warn_mode(void)
 	CHECK(strstr(r.err, "@distinct=1") != NULL);
 }
 
+/* ---- prefilled sheaves of a debug cache are checked like any allocation ---------------- */
+
+static __attribute__((noinline)) void child_prefill(void *arg)
+{
+	struct sheaf_cache *c = mk("dbg-prefill", 0);
+	struct sheaf_prefilled *p = sheaf_cache_prefill(c, 8);
+	REQUIRE(p != NULL);
+	struct obj *o[4];
+	for (int i = 0; i < 4; i++) {
+		o[i] = sheaf_cache_alloc_from(c, p);
+		REQUIRE(o[i] != NULL);
+		memset(o[i], i, sizeof(*o[i]));
+	}
+	for (int i = 0; i < 4; i++)
+		sheaf_cache_free(c, o[i]);
+	sheaf_cache_return(c, p); /* the unused ones go back to the slabs */
+	fprintf(stderr, "@clean\n");
+	if (!arg)
+		return;
+	/* A stray write into a free object is caught when a prefilled sheaf hands
+	 * it out again. */
+	struct obj *x = sheaf_cache_alloc(c);
+	sheaf_cache_free(c, x);
+	raw_write(x, 20, 0x55, 1);
+	p = sheaf_cache_prefill(c, 64); /* takes every free object of the slab */
+	for (int i = 0; i < 64; i++)
+		sheaf_cache_alloc_from(c, p);
+	fprintf(stderr, "@survived\n");
+}
+
+static void test_prefill(void)
+{
+	struct th_child r;
+	th_run_child(child_prefill, NULL, &r);
+	CHECKF(r.exited && r.status == 0 && strstr(r.err, "@clean"), "status %d sig %d: %s", r.status,
+	       r.sig, r.err);
+	CHECK(strstr(r.err, "BUG") == NULL);
+	th_run_child(child_prefill, (void *)1, &r);
+	CHECKF(aborted(&r), "status %d sig %d: %s", r.status, r.sig, r.err);
+	CHECKF(strstr(r.err, "write after free (poison overwritten)") != NULL &&
+	       strstr(r.err, "first bad byte at offset 20: 0x55") != NULL, "%s", r.err);
+}
+
 /* ---- threads: cross-thread frees in a debug cache are clean ------------------------- */
 
 #define MT_THREADS 4
@@ -378,6 +421,7 @@ int main(void)
 	RUN(test_redzone_while_free);
 	RUN(test_foreign_free);
 	RUN(test_warn_mode);
+	RUN(test_prefill);
 	RUN(test_threads);
 	return th_done();
 }
