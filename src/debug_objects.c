@@ -285,9 +285,17 @@ static void tracker_init(void)
 	}
 }
 
+static void selftest_once(void);
+static int selftest_state; /* 0 not run, 1 running, 2 done */
+
 static inline bool tracker_ready(void)
 {
 	pthread_once(&init_once, tracker_init);
+	/* Debug builds check the state machine and every fix-up path once
+	 * before the first real object (STYLE R11, the kernel's selftest). */
+	if (sheaf_config_debug && enabled &&
+	    sheaf_unlikely(__atomic_load_n(&selftest_state, __ATOMIC_ACQUIRE) == 0))
+		selftest_once();
 	return enabled;
 }
 
@@ -805,9 +813,17 @@ static bool report_allowed(void)
 }
 
 /* "sheaf: debug-objects: <op> <state> object <addr> type <name> ..." */
+static const struct sheaf_debug_obj_descr selftest_descr;
+static unsigned long st_warned, st_fixed; /* the self-test's own counts */
+
 static void report_bt(const char *op, const struct snapshot *s, const void *caller,
 		      void *const *bt, int nbt)
 {
+	if (s->descr == &selftest_descr) {
+		/* counted apart for the self-test's checks, never printed */
+		__atomic_fetch_add(&st_warned, 1, __ATOMIC_RELAXED);
+		return;
+	}
 	if (!report_allowed())
 		return;
 	char buf[2048], site[192], from[192];
@@ -1284,4 +1300,109 @@ SHEAF_API void sheaf_debug_objects_stats_print(FILE *f)
 	P("reports_suppressed", s.reports_suppressed);
 	P("fixups", s.fixups);
 #undef P
+}
+
+/* ---- Self-test (debug builds) --------------------------------------------- */
+
+/* Fix-ups in the style of a timer: stop the object, then redo the operation. */
+static bool st_fix_init(void *addr, enum sheaf_debug_state found)
+{
+	if (found != SHEAF_DEBUG_STATE_ACTIVE)
+		return false;
+	sheaf_debug_object_deactivate(addr, &selftest_descr);
+	sheaf_debug_object_init(addr, &selftest_descr);
+	st_fixed++;
+	return true;
+}
+static bool st_fix_destroy(void *addr, enum sheaf_debug_state found)
+{
+	if (found != SHEAF_DEBUG_STATE_ACTIVE)
+		return false;
+	sheaf_debug_object_deactivate(addr, &selftest_descr);
+	sheaf_debug_object_destroy(addr, &selftest_descr);
+	st_fixed++;
+	return true;
+}
+static bool st_fix_free(void *addr, enum sheaf_debug_state found)
+{
+	if (found != SHEAF_DEBUG_STATE_ACTIVE)
+		return false;
+	sheaf_debug_object_deactivate(addr, &selftest_descr);
+	sheaf_debug_object_free(addr, &selftest_descr);
+	st_fixed++;
+	return true;
+}
+static bool st_fix_activate(void *addr, enum sheaf_debug_state found)
+{
+	return false; /* an active object stays active: the caller gets -EINVAL */
+}
+
+static const struct sheaf_debug_obj_descr selftest_descr = {
+	.name = "selftest",
+	.fixup_init = st_fix_init,
+	.fixup_activate = st_fix_activate,
+	.fixup_destroy = st_fix_destroy,
+	.fixup_free = st_fix_free,
+};
+
+static long st_obj[4];
+
+static bool st_check(int step, enum sheaf_debug_state want, unsigned long wwant, unsigned long fwant)
+{
+	enum sheaf_debug_state got = sheaf_debug_object_state(st_obj);
+	unsigned long w = __atomic_load_n(&st_warned, __ATOMIC_RELAXED), f = st_fixed;
+	if (got == want && w == wwant && f == fwant)
+		return true;
+	char buf[200];
+	int n = snprintf(buf, sizeof(buf),
+			 "sheaf: debug-objects: self-test failed at step %d: state %s (want %s), "
+			 "warnings %lu (want %lu), fixups %lu (want %lu)\n",
+			 step, sheaf_debug_state_name(got), sheaf_debug_state_name(want), w, wwant, f,
+			 fwant);
+	if (n > 0 && write(2, buf, (size_t)n) < 0) {
+		/* nothing more to do */
+	}
+	return false;
+}
+
+static void selftest_once(void)
+{
+	int zero = 0;
+	if (!__atomic_compare_exchange_n(&selftest_state, &zero, 1, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE))
+		return; /* another thread runs it; nothing depends on waiting */
+	void *o = st_obj;
+	const struct sheaf_debug_obj_descr *d = &selftest_descr;
+	bool ok = true;
+	sheaf_debug_object_init(o, d);
+	ok = ok && st_check(1, SHEAF_DEBUG_STATE_INIT, 0, 0);
+	ok = ok && sheaf_debug_object_activate(o, d) == 0;
+	ok = ok && st_check(2, SHEAF_DEBUG_STATE_ACTIVE, 0, 0);
+	ok = ok && sheaf_debug_object_activate(o, d) == -EINVAL; /* active twice */
+	ok = ok && st_check(3, SHEAF_DEBUG_STATE_ACTIVE, 1, 0);
+	sheaf_debug_object_init(o, d); /* init while active: fixed */
+	ok = ok && st_check(4, SHEAF_DEBUG_STATE_INIT, 2, 1);
+	sheaf_debug_object_activate(o, d);
+	sheaf_debug_object_destroy(o, d); /* destroy while active: fixed */
+	ok = ok && st_check(5, SHEAF_DEBUG_STATE_DESTROYED, 3, 2);
+	ok = ok && sheaf_debug_object_activate(o, d) == -EINVAL; /* after destroy */
+	ok = ok && st_check(6, SHEAF_DEBUG_STATE_DESTROYED, 4, 2);
+	sheaf_debug_object_free(o, d);
+	ok = ok && st_check(7, SHEAF_DEBUG_STATE_NONE, 4, 2);
+	sheaf_debug_object_init(o, d);
+	sheaf_debug_object_activate(o, d);
+	sheaf_debug_object_free(o, d); /* free while active: fixed */
+	ok = ok && st_check(8, SHEAF_DEBUG_STATE_NONE, 5, 3);
+	sheaf_debug_object_init(o, d);
+	sheaf_debug_object_activate(o, d);
+	check_free(st_obj, sizeof(st_obj), NULL); /* memory freed under it: fixed */
+	ok = ok && st_check(9, SHEAF_DEBUG_STATE_NONE, 6, 4);
+	sheaf_debug_object_deactivate(o, d); /* untracked */
+	ok = ok && st_check(10, SHEAF_DEBUG_STATE_NONE, 7, 4);
+	/* The self-test's fix-ups are not the program's (its warnings never
+	 * reached the counters). */
+	SUB(fixups, st_fixed);
+	__atomic_store_n(&selftest_state, 2, __ATOMIC_RELEASE);
+	if (!ok)
+		abort(); /* a debug build whose tracker is broken must not go on */
 }
