@@ -89,7 +89,7 @@ static void record1(struct bench_ctx *ctx, const char *variant, const char *topo
 static int rcu_child(struct bench_ctx *ctx, const char *arg)
 {
 	char variant[16], mode[16];
-	int n = 0, k = ctx->quick ? 12 : 32, extra;
+	int n = 0, k = ctx->quick ? 8 : 32, extra;
 	unsigned victim_flags = 0;
 	struct rcu_bg bg;
 	pthread_t bt;
@@ -180,16 +180,18 @@ static void rcu_run(struct bench_ctx *ctx)
 	/* The seed's case gets most rounds: its per-cache figure (~40 us) is the one the
 	 * growth target compares, on a machine whose noise is of the same order. */
 	int rounds_of[2] = { ctx->quick ? 3 : 15, ctx->quick ? 2 : 5 };
-	int k = ctx->quick ? 12 : 32;
+	int k = ctx->quick ? 8 : 32;
 	double med[2][3][3]; /* variant, N, mode: median over rounds of the average, us */
 	/* Per (variant, N, mode): the child's average, total and maximum, by round. */
 	static double val[2][3][3][3][RCU_MAX_ROUNDS];
 	int got[2][3][3];
 
 	memset(got, 0, sizeof(got));
+	/* --quick (the CI smoke run) measures the seed's case only. */
+	int nvar = ctx->quick ? 1 : 2;
 	/* Every round runs every (N, mode) pair of a variant, N and mode both rotating, so
 	 * that drifts of this shared, noisy machine hit all of them alike. */
-	for (int v = 0; v < 2; v++) {
+	for (int v = 0; v < nvar; v++) {
 		int rounds = rounds_of[v];
 
 		for (int r = 0; r < rounds; r++) {
@@ -268,7 +270,7 @@ static void rcu_run(struct bench_ctx *ctx)
 	bench_target(ctx, "rcu", isnan(lo) || isnan(hi) ? -1 : hi < 1.10 * lo,
 		     "per-cache destroy average grows < 10% from 10 to 1,000 other caches with traffic",
 		     "%.1f us -> %.1f us (%+.1f%%)", lo, hi, 100 * (hi / lo - 1));
-	for (int ni = 0; ni < nn; ni++)
+	for (int ni = 0; ni < nn && nvar > 1; ni++)
 		bench_note(ctx, "rcu",
 			   "variant 'queued' (256 frees just before each destroy: full sheaves already "
 			   "submitted, a grace-period ticket in flight), N=%d: per-cache %.0f us, global "
@@ -286,15 +288,16 @@ static const struct bench_workload wl_rcu = {
 	.title = "Many caches, RCU churn, destroy latency (seed 000)",
 	.order = 30,
 	.about = "A background thread keeps free_rcu traffic (100,000 objects/s, round-robin) on N "
-		 "other caches; then 32 caches (12 with --quick), each with deferred frees in flight (16 objects in "
-		 "its rcu_free sheaf; variant 'queued': 256, so full sheaves are already "
-		 "submitted), are destroyed one by one and each sheaf_cache_destroy() is timed. "
-		 "Contenders are barrier modes: per-cache (DESIGN D5, default), global "
-		 "(SHEAF_RCU_BARRIER=global: every cache's rcu sheaves flushed, then rcu_barrier(), "
-		 "as kvfree_rcu_barrier() before seed 000's fix) and k7 (SHEAF_KERNEL_COMPAT: "
-		 "this cache's sheaves, then rcu_barrier(), as Linux 7.0). Each run is a fresh child "
-		 "process; modes alternate. Rows: variant and N; series: mode and statistic (avg = "
-		 "average destroy latency of a run, total = sum over its destroys, max = its slowest "
+		 "other caches; then 32 caches (8 with --quick), each with deferred frees in flight "
+		 "(16 objects in its rcu_free sheaf; variant 'queued', not run with --quick: 256, "
+		 "so full sheaves are already submitted), are destroyed one by one and each "
+		 "sheaf_cache_destroy() is timed. Contenders are barrier modes: per-cache (DESIGN "
+		 "D5, default), global (SHEAF_RCU_BARRIER=global: every cache's rcu sheaves "
+		 "flushed, then rcu_barrier(), as kvfree_rcu_barrier() before seed 000's fix) and "
+		 "k7 (SHEAF_KERNEL_COMPAT: this cache's sheaves, then rcu_barrier(), as Linux "
+		 "7.0). Each run is a fresh child process; every round runs every (N, mode) pair, "
+		 "both rotating. Rows: variant and N; series: mode and statistic (avg = average "
+		 "destroy latency of a run, total = sum over its destroys, max = its slowest "
 		 "destroy); value: median over rounds.",
 	.run = rcu_run,
 	.child = rcu_child,
