@@ -37,7 +37,7 @@
 #include "bench.h"
 #include "sheaf.h"
 
-#define RCU_BG_RATE 100000 /* free_rcu per second on the other caches, whatever N */
+#define RCU_BG_RATE    100000 /* free_rcu per second on the other caches, whatever N */
 #define RCU_MAX_ROUNDS 15
 
 struct rcu_bg {
@@ -81,7 +81,8 @@ static void *rcu_bg_main(void *arg)
 static void record1(struct bench_ctx *ctx, const char *variant, const char *topo, const char *mode,
 		    double v)
 {
-	struct bench_stat st = { .n = 1, .min = v, .p10 = v, .p25 = v, .med = v, .p75 = v, .max = v };
+	struct bench_stat
+		st = { .n = 1, .min = v, .p10 = v, .p25 = v, .med = v, .p75 = v, .max = v };
 
 	bench_record(ctx, "rcu", variant, topo, mode, "us", BH_VALUE, &st);
 }
@@ -144,7 +145,8 @@ static int rcu_child(struct bench_ctx *ctx, const char *arg)
 	double total = 0, mx = 0;
 	for (int i = 0; i < k; i++) {
 		for (int j = 0; j < extra; j++)
-			sheaf_cache_free_rcu(victims[i], objs[(size_t)i * (size_t)extra + (size_t)j]);
+			sheaf_cache_free_rcu(victims[i],
+					     objs[(size_t)i * (size_t)extra + (size_t)j]);
 		uint64_t t0 = bench_now_ns();
 		sheaf_cache_destroy(victims[i]);
 		double us = (double)(bench_now_ns() - t0) / 1e3;
@@ -204,21 +206,27 @@ static void rcu_run(struct bench_ctx *ctx)
 					int m = (r + j) % 3;
 					int n0 = ctx->nres;
 					const struct bench_result *rr[3];
-					static const char *const raw[3] = { "raw-avg", "raw-total", "raw-max" };
+					static const char *const raw[3] = { "raw-avg", "raw-total",
+									    "raw-max" };
 					bool ok = true;
 
-					bench_progress(ctx, "rcu %s: round %d/%d, N=%d, %s", variants[v], r + 1,
-						       rounds, ns[ni], rcu_modes[m]);
-					snprintf(arg, sizeof(arg), "%s:%s:%d", variants[v], rcu_modes[m], ns[ni]);
-					if (bench_spawn_child(ctx, "rcu", arg, m == 1 ? rcu_env_global : NULL))
+					bench_progress(ctx, "rcu %s: round %d/%d, N=%d, %s",
+						       variants[v], r + 1, rounds, ns[ni],
+						       rcu_modes[m]);
+					snprintf(arg, sizeof(arg), "%s:%s:%d", variants[v],
+						 rcu_modes[m], ns[ni]);
+					if (bench_spawn_child(ctx, "rcu", arg,
+							      m == 1 ? rcu_env_global : NULL))
 						ok = false;
 					for (int q = 0; q < 3 && ok; q++) {
-						rr[q] = bench_find(ctx, "rcu", raw[q], topo, rcu_modes[m]);
+						rr[q] = bench_find(ctx, "rcu", raw[q], topo,
+								   rcu_modes[m]);
 						ok = rr[q] && rr[q] - ctx->res >= n0;
 					}
 					if (ok) {
 						for (int q = 0; q < 3; q++)
-							val[v][ni][m][q][got[v][ni][m]] = rr[q]->st.med;
+							val[v][ni][m][q][got[v][ni][m]] =
+								rr[q]->st.med;
 						got[v][ni][m]++;
 					}
 					/* The per-child records are folded into the medians below. */
@@ -244,7 +252,8 @@ static void rcu_run(struct bench_ctx *ctx)
 					if (q == 0)
 						med[v][ni][m] = st.med;
 					snprintf(ser, sizeof(ser), "%s %s", rcu_modes[m], what[q]);
-					bench_record(ctx, "rcu", var, ser, "sheaf", "us", BH_MEDIAN, &st);
+					bench_record(ctx, "rcu", var, ser, "sheaf", "us", BH_MEDIAN,
+						     &st);
 				}
 			}
 		}
@@ -257,48 +266,54 @@ static void rcu_run(struct bench_ctx *ctx)
 		double pc = med[0][ni][0], gl = med[0][ni][1];
 		char text[200];
 
-		snprintf(text, sizeof(text),
-			 "destroy, %d other caches with traffic: per-cache barrier average >= 1.8x lower "
-			 "than the global one",
-			 ns[ni]);
-		bench_target(ctx, "rcu", isnan(pc) || isnan(gl) ? -1 : gl >= 1.8 * pc, text,
-			     "%.0f us vs %.0f us: %.1fx (median over rounds of the average of %d destroys; "
-			     "Linux 7.0 mode %.0f us)",
-			     pc, gl, gl / pc, k, med[0][ni][2]);
+		snprintf(
+			text, sizeof(text),
+			"destroy, %d other caches with traffic: per-cache barrier average >= 1.8x lower "
+			"than the global one",
+			ns[ni]);
+		bench_target(
+			ctx, "rcu", isnan(pc) || isnan(gl) ? -1 : gl >= 1.8 * pc, text,
+			"%.0f us vs %.0f us: %.1fx (median over rounds of the average of %d destroys; "
+			"Linux 7.0 mode %.0f us)",
+			pc, gl, gl / pc, k, med[0][ni][2]);
 	}
 	double lo = med[0][0][0], hi = med[0][nn - 1][0];
-	bench_target(ctx, "rcu", isnan(lo) || isnan(hi) ? -1 : hi < 1.10 * lo,
-		     "per-cache destroy average grows < 10% from 10 to 1,000 other caches with traffic",
-		     "%.1f us -> %.1f us (%+.1f%%)", lo, hi, 100 * (hi / lo - 1));
+	bench_target(
+		ctx, "rcu", isnan(lo) || isnan(hi) ? -1 : hi < 1.10 * lo,
+		"per-cache destroy average grows < 10% from 10 to 1,000 other caches with traffic",
+		"%.1f us -> %.1f us (%+.1f%%)", lo, hi, 100 * (hi / lo - 1));
 	for (int ni = 0; ni < nn && nvar > 1; ni++)
-		bench_note(ctx, "rcu",
-			   "variant 'queued' (256 frees just before each destroy: full sheaves already "
-			   "submitted, a grace-period ticket in flight), N=%d: per-cache %.0f us, global "
-			   "%.0f us, Linux 7.0 mode %.0f us",
-			   ns[ni], med[1][ni][0], med[1][ni][1], med[1][ni][2]);
-	bench_note(ctx, "rcu",
-		   "why the global modes cost ~10 ms: rcu_barrier() waits for liburcu's call_rcu "
-		   "worker, which sleeps 10 ms after each batch of callbacks; the per-cache barrier "
-		   "takes its cache's sheaves back and waits for one synchronize_rcu() instead "
-		   "(docs/rcu.md)");
+		bench_note(
+			ctx, "rcu",
+			"variant 'queued' (256 frees just before each destroy: full sheaves already "
+			"submitted, a grace-period ticket in flight), N=%d: per-cache %.0f us, global "
+			"%.0f us, Linux 7.0 mode %.0f us",
+			ns[ni], med[1][ni][0], med[1][ni][1], med[1][ni][2]);
+	bench_note(
+		ctx, "rcu",
+		"why the global modes cost ~10 ms: rcu_barrier() waits for liburcu's call_rcu "
+		"worker, which sleeps 10 ms after each batch of callbacks; the per-cache barrier "
+		"takes its cache's sheaves back and waits for one synchronize_rcu() instead "
+		"(docs/rcu.md)");
 }
 
 static const struct bench_workload wl_rcu = {
 	.name = "rcu",
 	.title = "Many caches, RCU churn, destroy latency (seed 000)",
 	.order = 30,
-	.about = "A background thread keeps free_rcu traffic (100,000 objects/s, round-robin) on N "
-		 "other caches; then 32 caches (8 with --quick), each with deferred frees in flight "
-		 "(16 objects in its rcu_free sheaf; variant 'queued', not run with --quick: 256, "
-		 "so full sheaves are already submitted), are destroyed one by one and each "
-		 "sheaf_cache_destroy() is timed. Contenders are barrier modes: per-cache (DESIGN "
-		 "D5, default), global (SHEAF_RCU_BARRIER=global: every cache's rcu sheaves "
-		 "flushed, then rcu_barrier(), as kvfree_rcu_barrier() before seed 000's fix) and "
-		 "k7 (SHEAF_KERNEL_COMPAT: this cache's sheaves, then rcu_barrier(), as Linux "
-		 "7.0). Each run is a fresh child process; every round runs every (N, mode) pair, "
-		 "both rotating. Rows: variant and N; series: mode and statistic (avg = average "
-		 "destroy latency of a run, total = sum over its destroys, max = its slowest "
-		 "destroy); value: median over rounds.",
+	.about =
+		"A background thread keeps free_rcu traffic (100,000 objects/s, round-robin) on N "
+		"other caches; then 32 caches (8 with --quick), each with deferred frees in flight "
+		"(16 objects in its rcu_free sheaf; variant 'queued', not run with --quick: 256, "
+		"so full sheaves are already submitted), are destroyed one by one and each "
+		"sheaf_cache_destroy() is timed. Contenders are barrier modes: per-cache (DESIGN "
+		"D5, default), global (SHEAF_RCU_BARRIER=global: every cache's rcu sheaves "
+		"flushed, then rcu_barrier(), as kvfree_rcu_barrier() before seed 000's fix) and "
+		"k7 (SHEAF_KERNEL_COMPAT: this cache's sheaves, then rcu_barrier(), as Linux "
+		"7.0). Each run is a fresh child process; every round runs every (N, mode) pair, "
+		"both rotating. Rows: variant and N; series: mode and statistic (avg = average "
+		"destroy latency of a run, total = sum over its destroys, max = its slowest "
+		"destroy); value: median over rounds.",
 	.run = rcu_run,
 	.child = rcu_child,
 };

@@ -104,22 +104,23 @@ void urcu_qsbr_thread_online(void);
 
 struct rcu_ops {
 	void (*call)(struct rcu_head *head, void (*func)(struct rcu_head *head));
-	void (*barrier_all)(void);          /* rcu_barrier(): every callback of the flavour */
-	void (*sync)(void);                 /* synchronize_rcu() */
-	int (*ongoing)(void);               /* memb/mb: inside a read-side section; qsbr: online */
+	void (*barrier_all)(void);	     /* rcu_barrier(): every callback of the flavour */
+	void (*sync)(void);		     /* synchronize_rcu() */
+	int (*ongoing)(void);		     /* memb/mb: inside a read-side section; qsbr: online */
 	struct call_rcu_data *(*warm)(void); /* get_default_call_rcu_data() */
-	void (*offline)(void);              /* QSBR only */
+	void (*offline)(void);		     /* QSBR only */
 	void (*online)(void);
 };
 
 static const struct rcu_ops flavors[] = {
 	[SHEAF_RCU_MEMB] = { urcu_memb_call_rcu, urcu_memb_barrier, urcu_memb_synchronize_rcu,
-			     urcu_memb_read_ongoing, urcu_memb_get_default_call_rcu_data, NULL, NULL },
-	[SHEAF_RCU_MB] = { urcu_mb_call_rcu, urcu_mb_barrier, urcu_mb_synchronize_rcu, urcu_mb_read_ongoing,
-			   urcu_mb_get_default_call_rcu_data, NULL, NULL },
+			     urcu_memb_read_ongoing, urcu_memb_get_default_call_rcu_data, NULL,
+			     NULL },
+	[SHEAF_RCU_MB] = { urcu_mb_call_rcu, urcu_mb_barrier, urcu_mb_synchronize_rcu,
+			   urcu_mb_read_ongoing, urcu_mb_get_default_call_rcu_data, NULL, NULL },
 	[SHEAF_RCU_QSBR] = { urcu_qsbr_call_rcu, urcu_qsbr_barrier, urcu_qsbr_synchronize_rcu,
-			     urcu_qsbr_read_ongoing, urcu_qsbr_get_default_call_rcu_data, urcu_qsbr_thread_offline,
-			     urcu_qsbr_thread_online },
+			     urcu_qsbr_read_ongoing, urcu_qsbr_get_default_call_rcu_data,
+			     urcu_qsbr_thread_offline, urcu_qsbr_thread_online },
 };
 
 /* The flavour (low byte) and whether it is in use (FLAVOR_USED): one word, so that
@@ -154,31 +155,36 @@ struct rcu_batch {
 
 /* Units (sheaves, batches) waiting for a grace period. */
 struct rcu_units {
-	struct sheaf_list sheaves;  /* through sheaf->link */
+	struct sheaf_list sheaves; /* through sheaf->link */
 	struct rcu_batch *batches;
-	long units;                 /* sheaves + batches */
+	long units; /* sheaves + batches */
 };
 
 /* OPEN -> RUNNING (the callback) or OPEN -> CLAIMING -> ORPHANED (a barrier; it touches
  * the ticket only while CLAIMING, and the callback frees it only once ORPHANED). */
-enum { TICKET_OPEN, TICKET_RUNNING, TICKET_CLAIMING, TICKET_ORPHANED };
+enum {
+	TICKET_OPEN,
+	TICKET_RUNNING,
+	TICKET_CLAIMING,
+	TICKET_ORPHANED
+};
 
 /* One call_rcu for every unit of a cache submitted since the previous one. */
 struct rcu_ticket {
-	struct rcu_head head;       /* liburcu hands it back */
+	struct rcu_head head; /* liburcu hands it back */
 	struct sheaf_cache *cache;
-	atomic_int state;           /* TICKET_*, see above */
-	struct rcu_units u;         /* owned by whoever moved state out of OPEN */
+	atomic_int state;   /* TICKET_*, see above */
+	struct rcu_units u; /* owned by whoever moved state out of OPEN */
 };
 
 struct rcu_state {
-	pthread_mutex_t lock;          /* protects everything below; cv waits on it */
+	pthread_mutex_t lock; /* protects everything below; cv waits on it */
 	pthread_cond_t cv;
 	pthread_mutex_t barrier_mutex; /* serialises this cache's barriers */
-	struct rcu_units next;         /* submitted, waiting for a ticket */
+	struct rcu_units next;	       /* submitted, waiting for a ticket */
 	struct rcu_ticket *ticket;     /* in flight (OPEN or RUNNING), or NULL */
-	uint64_t ticket_seq;           /* launches so far */
-	struct rcu_batch *fb;          /* fallback batch being filled */
+	uint64_t ticket_seq;	       /* launches so far */
+	struct rcu_batch *fb;	       /* fallback batch being filled */
 };
 
 struct deferred_pages {
@@ -199,8 +205,7 @@ static inline void units_init(struct rcu_units *u)
 static void units_splice(struct rcu_units *to, struct rcu_units *from)
 {
 	struct sheaf_list *pos, *tmp;
-	sheaf_list_for_each_safe(pos, tmp, &from->sheaves)
-	{
+	sheaf_list_for_each_safe(pos, tmp, &from->sheaves) {
 		sheaf_list_del(pos);
 		sheaf_list_add_tail(pos, &to->sheaves);
 	}
@@ -248,7 +253,10 @@ static inline const struct rcu_ops *rcu_ops_cur(void)
 	return &flavors[atomic_load_explicit(&flavor_word, memory_order_relaxed) & FLAVOR_MASK];
 }
 
-static inline bool is_qsbr(const struct rcu_ops *ops) { return ops->offline != NULL; }
+static inline bool is_qsbr(const struct rcu_ops *ops)
+{
+	return ops->offline != NULL;
+}
 
 /* Before waiting for a grace period: a QSBR thread that is online goes offline (else the
  * wait could never end), as liburcu's own synchronize_rcu() does; a memb/mb thread
@@ -262,8 +270,10 @@ static int wait_prepare(const struct rcu_ops *ops, const struct sheaf_cache *c)
 		ops->offline();
 		return 1;
 	}
-	sheaf_report_error(c, c, "RCU barrier called inside an RCU read-side critical section (it would deadlock);"
-				 " skipped, cache");
+	sheaf_report_error(
+		c, c,
+		"RCU barrier called inside an RCU read-side critical section (it would deadlock);"
+		" skipped, cache");
 	return -1;
 }
 
@@ -382,8 +392,7 @@ static long units_gp_done(struct sheaf_cache *c, struct rcu_units *u)
 {
 	long objs = 0;
 	struct sheaf_list *pos, *tmp;
-	sheaf_list_for_each_safe(pos, tmp, &u->sheaves)
-	{
+	sheaf_list_for_each_safe(pos, tmp, &u->sheaves) {
 		struct sheaf_sheaf *s = sheaf_container_of(pos, struct sheaf_sheaf, link);
 		sheaf_list_del(&s->link);
 		objs += sheaf_gp_done(c, s);
@@ -487,9 +496,10 @@ static void submit_batch_locked(struct sheaf_cache *c, struct rcu_state *st, str
 static void free_sync(struct sheaf_cache *c, const struct rcu_ops *ops, void *obj)
 {
 	if (ops->ongoing()) {
-		sheaf_os_print("sheaf: cache '%s': no memory to defer free_rcu of %p inside an RCU reader; "
-			       "object leaked",
-			       c->name, obj);
+		sheaf_os_print(
+			"sheaf: cache '%s': no memory to defer free_rcu of %p inside an RCU reader; "
+			"object leaked",
+			c->name, obj);
 	} else {
 		ops->sync();
 		if (objs_prepare(c, &obj, 1))
@@ -562,7 +572,8 @@ SHEAF_API void sheaf_cache_free_rcu(struct sheaf_cache *c, void *obj)
 		return;
 	if (!sheaf_slab_check_obj(c, obj, "free_rcu"))
 		return;
-	if (SHEAF_TRACK_ASAN && sheaf_track_cache(c) && sheaf_track_asan_ok(c) && sheaf_track_is_poisoned(obj)) {
+	if (SHEAF_TRACK_ASAN && sheaf_track_cache(c) && sheaf_track_asan_ok(c) &&
+	    sheaf_track_is_poisoned(obj)) {
 		/* Already free (ASan builds know it): a double free, caught before the grace
 		 * period so the report names the caller. */
 		sheaf_report_error(c, obj, "double free (free_rcu) of");
@@ -658,7 +669,7 @@ static void cache_flush_locked(struct sheaf_cache *c, void *arg)
 struct taken {
 	struct rcu_units u;
 	long submitted;
-	bool running;        /* a ticket's callback was running: wait for it */
+	bool running; /* a ticket's callback was running: wait for it */
 	uint64_t running_seq;
 };
 
@@ -747,7 +758,8 @@ SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 	bool global = all_caches || c->kernel_compat;
 	/* D5: nothing in flight anywhere for this cache: return at once.  (The kernel's
 	 * barrier always waits; so do the comparison modes.) */
-	if (!global && atomic_load(&c->rcu_inflight_objects) == 0 && atomic_load(&c->rcu_inflight_sheaves) == 0)
+	if (!global && atomic_load(&c->rcu_inflight_objects) == 0 &&
+	    atomic_load(&c->rcu_inflight_sheaves) == 0)
 		return;
 	if (!(atomic_load(&flavor_word) & FLAVOR_WARM))
 		return; /* no unit was ever submitted (rcu_use() comes first) */
@@ -763,7 +775,9 @@ SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 			/* Seed 000 "before" (kvfree_rcu_barrier): every cache's rcu sheaves. */
 			struct sheaf_list *pos;
 			for (pos = sheaf_g.caches.next; pos != &sheaf_g.caches; pos = pos->next)
-				cache_flush_locked(sheaf_container_of(pos, struct sheaf_cache, cache_list), NULL);
+				cache_flush_locked(sheaf_container_of(pos, struct sheaf_cache,
+								      cache_list),
+						   NULL);
 			if (sheaf_list_empty(&c->cache_list))
 				cache_flush_locked(c, NULL); /* not linked (any more) */
 		} else {

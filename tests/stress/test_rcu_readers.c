@@ -45,15 +45,15 @@
 
 #define NREADERS 4
 #define NWRITERS 3
-#define NSLOTS 64
-#define MAGIC 0xc0ffee5eaf00d1e5ull
-#define MIN_GPS 5000
-#define MIN_MS 3000
-#define MAX_MS 20000
+#define NSLOTS	 64
+#define MAGIC	 0xc0ffee5eaf00d1e5ull
+#define MIN_GPS	 5000
+#define MIN_MS	 3000
+#define MAX_MS	 20000
 
 struct obj {
 	uint64_t gen;
-	uint64_t canary; /* MAGIC ^ gen */
+	uint64_t canary;     /* MAGIC ^ gen */
 	uint64_t payload[6]; /* gen * 7 + i */
 };
 
@@ -106,7 +106,8 @@ static void *reader_main(void *arg)
 		urcu_memb_read_lock();
 		for (int k = 0; k < 8; k++) {
 			uint64_t r = th_rand(&seed);
-			struct obj *o = atomic_load_explicit(&slots[r & 1][(r >> 1) % NSLOTS], memory_order_acquire);
+			struct obj *o = atomic_load_explicit(&slots[r & 1][(r >> 1) % NSLOTS],
+							     memory_order_acquire);
 			if (!o)
 				continue;
 			atomic_fetch_add_explicit(&reads, 1, memory_order_relaxed);
@@ -264,13 +265,14 @@ int main(void)
 	printf("# %llu ms, %llu grace periods (%llu call_rcu worker batches), %llu reads (%llu bad), %llu free_rcu, "
 	       "%llu rcu sheaves, %llu fallback batches, %llu barrier checks (%llu bad)\n",
 	       (unsigned long long)el, (unsigned long long)gps, (unsigned long long)worker_batches,
-	       (unsigned long long)reads,
-	       (unsigned long long)bad_reads, (unsigned long long)frees,
+	       (unsigned long long)reads, (unsigned long long)bad_reads, (unsigned long long)frees,
 	       (unsigned long long)st[0].events[SHEAF_STAT_RCU_SHEAF_DONE],
-	       (unsigned long long)st[1].events[SHEAF_STAT_RCU_FALLBACK_BATCH], (unsigned long long)barrier_checks,
+	       (unsigned long long)st[1].events[SHEAF_STAT_RCU_FALLBACK_BATCH],
+	       (unsigned long long)barrier_checks, (unsigned long long)bad_barrier);
+	CHECKF(bad_reads == 0, "%llu reads saw a reused or poisoned object",
+	       (unsigned long long)bad_reads);
+	CHECKF(bad_barrier == 0, "%llu objects not back after the barrier",
 	       (unsigned long long)bad_barrier);
-	CHECKF(bad_reads == 0, "%llu reads saw a reused or poisoned object", (unsigned long long)bad_reads);
-	CHECKF(bad_barrier == 0, "%llu objects not back after the barrier", (unsigned long long)bad_barrier);
 	CHECKF(gps >= MIN_GPS, "only %llu grace periods", (unsigned long long)gps);
 	CHECK(reads > 10000);
 	CHECK(barrier_checks > 0);
@@ -280,7 +282,8 @@ int main(void)
 		CHECK(st[ci].rcu_inflight_objects == 0 && st[ci].rcu_inflight_sheaves == 0);
 		CHECKF(st[ci].objects_inuse == 0, "cache %d: %llu objects in use", ci,
 		       (unsigned long long)st[ci].objects_inuse);
-		CHECK(st[ci].events[SHEAF_STAT_RCU_SHEAF_QUEUED] == st[ci].events[SHEAF_STAT_RCU_SHEAF_DONE]);
+		CHECK(st[ci].events[SHEAF_STAT_RCU_SHEAF_QUEUED] ==
+		      st[ci].events[SHEAF_STAT_RCU_SHEAF_DONE]);
 		sheaf_cache_destroy(caches[ci]);
 	}
 	urcu_memb_unregister_thread();

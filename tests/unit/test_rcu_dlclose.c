@@ -53,12 +53,16 @@ int main(void)
 		return 0;
 	}
 	create_fn create = (create_fn)dlsym(h, "sheaf_cache_create");
-	void *(*alloc)(struct sheaf_cache *) = (void *(*)(struct sheaf_cache *))dlsym(h, "sheaf_cache_alloc");
+	void *(*alloc)(struct sheaf_cache *) =
+		(void *(*)(struct sheaf_cache *))dlsym(h, "sheaf_cache_alloc");
 	void (*free_rcu)(struct sheaf_cache *, void *) =
 		(void (*)(struct sheaf_cache *, void *))dlsym(h, "sheaf_cache_free_rcu");
-	void (*destroy)(struct sheaf_cache *) = (void (*)(struct sheaf_cache *))dlsym(h, "sheaf_cache_destroy");
-	void (*shrink)(struct sheaf_cache *) = (void (*)(struct sheaf_cache *))dlsym(h, "sheaf_cache_shrink");
-	void (*cfree)(struct sheaf_cache *, void *) = (void (*)(struct sheaf_cache *, void *))dlsym(h, "sheaf_cache_free");
+	void (*destroy)(struct sheaf_cache *) =
+		(void (*)(struct sheaf_cache *))dlsym(h, "sheaf_cache_destroy");
+	void (*shrink)(struct sheaf_cache *) =
+		(void (*)(struct sheaf_cache *))dlsym(h, "sheaf_cache_shrink");
+	void (*cfree)(struct sheaf_cache *, void *) =
+		(void (*)(struct sheaf_cache *, void *))dlsym(h, "sheaf_cache_free");
 	REQUIRE(create && alloc && free_rcu && destroy && shrink && cfree);
 
 	/* A cache destroyed with a ticket in flight: the barrier orphans it. */

@@ -55,7 +55,6 @@ static struct sheaf_cache *mk(const char *name, unsigned cap, unsigned flags)
 	return c;
 }
 
-
 /* Every earlier free_rcu object is back in the allocator: nothing waits for a grace
  * period, and once the caller's sheaves and the barns are flushed to slabs (shrink),
  * the slabs count exactly the objects the program holds.  (The pcs gauge alone is a
@@ -66,7 +65,8 @@ static void check_balance(struct sheaf_cache *c, uint64_t held)
 	sheaf_cache_shrink(c);
 	struct sheaf_stats st = stats(c);
 	CHECKF(st.rcu_inflight_objects == 0 && st.rcu_inflight_sheaves == 0, "rcu %llu/%llu",
-	       (unsigned long long)st.rcu_inflight_objects, (unsigned long long)st.rcu_inflight_sheaves);
+	       (unsigned long long)st.rcu_inflight_objects,
+	       (unsigned long long)st.rcu_inflight_sheaves);
 	CHECKF(st.objects_inuse == held, "inuse %llu held %llu (pcs %llu barns %llu)",
 	       (unsigned long long)st.objects_inuse, (unsigned long long)held,
 	       (unsigned long long)st.objects_in_pcs, (unsigned long long)st.objects_in_barns);
@@ -149,7 +149,10 @@ static void *barrier_main(void *arg)
 static void test_barrier_stats(void)
 {
 	struct sheaf_cache *c = mk("rcu-stats", 8, 0);
-	enum { N = 1000, F = 701 };
+	enum {
+		N = 1000,
+		F = 701
+	};
 	static void *o[N];
 	for (int i = 0; i < N; i++) {
 		o[i] = sheaf_cache_alloc(c);
@@ -158,7 +161,8 @@ static void test_barrier_stats(void)
 	for (int i = 0; i < F; i++)
 		sheaf_cache_free_rcu(c, o[i]);
 	struct sheaf_stats st = stats(c);
-	CHECK(st.events[SHEAF_STAT_FREE_RCU_SHEAF] + st.events[SHEAF_STAT_FREE_RCU_SHEAF_FAIL] == F);
+	CHECK(st.events[SHEAF_STAT_FREE_RCU_SHEAF] + st.events[SHEAF_STAT_FREE_RCU_SHEAF_FAIL] ==
+	      F);
 	CHECK(st.rcu_inflight_objects > 0); /* at least the partly filled sheaf (701 % 8) */
 	sheaf_cache_rcu_barrier(c);
 	st = stats(c);
@@ -190,7 +194,9 @@ static void test_barrier_stats(void)
 static void test_no_reuse_before_gp(void)
 {
 	struct sheaf_cache *c = mk("rcu-noreuse", 8, 0);
-	enum { N = 203 };
+	enum {
+		N = 203
+	};
 	static struct obj *o[N];
 	static void *again[4 * N];
 	for (int i = 0; i < N; i++) {
@@ -288,7 +294,9 @@ static void destroy_round(void)
 {
 	struct sheaf_cache *c = mk("rcu-destroy", 8, 0);
 	struct sheaf_cache *fb = mk("rcu-destroy-nosheaves", 0, SHEAF_NO_SHEAVES);
-	enum { N = 3000 };
+	enum {
+		N = 3000
+	};
 	static void *o[N], *p[N];
 	for (int i = 0; i < N; i++) {
 		o[i] = sheaf_cache_alloc(c);
@@ -303,7 +311,8 @@ static void destroy_round(void)
 	/* In flight: full sheaves submitted, a partial sheaf, batches and a partial batch. */
 	if (stats(c).rcu_inflight_objects == 0 || stats(fb).rcu_inflight_objects == 0)
 		_exit(5);
-	if (stats(fb).events[SHEAF_STAT_FREE_RCU_SHEAF_FAIL] != N || !stats(fb).events[SHEAF_STAT_RCU_FALLBACK_BATCH])
+	if (stats(fb).events[SHEAF_STAT_FREE_RCU_SHEAF_FAIL] != N ||
+	    !stats(fb).events[SHEAF_STAT_RCU_FALLBACK_BATCH])
 		_exit(6);
 	sheaf_cache_destroy(c);
 	sheaf_cache_destroy(fb);
@@ -365,7 +374,9 @@ static void *destroy_main(void *arg)
 static void test_destroy_waits_for_reader(void)
 {
 	struct sheaf_cache *c = mk("rcu-destroy-wait", 8, 0);
-	enum { N = 100 };
+	enum {
+		N = 100
+	};
 	struct obj *o[N];
 	for (int i = 0; i < N; i++) {
 		o[i] = sheaf_cache_alloc(c);
@@ -420,7 +431,8 @@ static void test_thread_exit(void)
 	CHECK(st.events[SHEAF_STAT_FREE_RCU_SHEAF] == 3);
 	/* The exiting thread handed its partial sheaf to call_rcu (per-thread mode);
 	 * in per-CPU mode the CPU keeps it until the barrier below. */
-	CHECK(st.events[SHEAF_STAT_RCU_SHEAF_QUEUED] == (strcmp(sheaf_percpu_mode(), "percpu-rseq") ? 1u : 0u));
+	CHECK(st.events[SHEAF_STAT_RCU_SHEAF_QUEUED] ==
+	      (strcmp(sheaf_percpu_mode(), "percpu-rseq") ? 1u : 0u));
 	sheaf_cache_rcu_barrier(c);
 	st = stats(c);
 	CHECK(st.rcu_inflight_objects == 0 && st.rcu_inflight_sheaves == 0);
@@ -440,7 +452,9 @@ static void test_thread_exit(void)
 static void test_fallback_batches(void)
 {
 	struct sheaf_cache *c = mk("rcu-fallback", 0, SHEAF_NO_SHEAVES);
-	enum { N = 640 };
+	enum {
+		N = 640
+	};
 	static void *o[N];
 	for (int i = 0; i < N; i++) {
 		o[i] = sheaf_cache_alloc(c);
@@ -463,7 +477,9 @@ static void test_fallback_batches(void)
 static void test_debug_poison_after_gp(void)
 {
 	struct sheaf_cache *c = mk("rcu-poison", 0, SHEAF_DEBUG_POISON);
-	enum { N = 100 };
+	enum {
+		N = 100
+	};
 	struct obj *o[N];
 	for (int i = 0; i < N; i++) {
 		o[i] = sheaf_cache_alloc(c);

@@ -49,7 +49,9 @@ static void test_qsbr(void)
 	struct sheaf_cache_args a = { .sheaf_capacity = 8 };
 	struct sheaf_cache *c = sheaf_cache_create("rcu-qsbr", 64, &a);
 	REQUIRE(c);
-	enum { N = 100 };
+	enum {
+		N = 100
+	};
 	void *o[N];
 	for (int i = 0; i < N; i++) {
 		o[i] = sheaf_cache_alloc(c);

@@ -21,7 +21,7 @@
 #include "sheaf.h"
 #include "sheaf_stats.h"
 
-#define OBJ 256
+#define OBJ   256
 #define MAGIC 0x7e5afeb7c0ffee00ull
 
 struct obj {
@@ -47,7 +47,9 @@ static uint64_t free_slabs(struct sheaf_cache *c)
 
 /* Fill one cache with objects, free them all, shrink: returns one object pointer that
  * was in a discarded slab (its canary set before the free). */
-enum { N = 200 };
+enum {
+	N = 200
+};
 static struct obj *objs[N];
 
 static void fill(struct sheaf_cache *c)
@@ -79,7 +81,8 @@ __attribute__((noinline)) static int typesafe_reader_check(const struct obj *o, 
 {
 	int ok = *(volatile const uint64_t *)&o->canary == (MAGIC ^ (uint64_t)idx);
 	for (int k = 0; k < OBJ / 8 - 1; k++)
-		ok &= *(volatile const uint64_t *)&o->words[k] == (uint64_t)idx * 1000 + (uint64_t)k;
+		ok &= *(volatile const uint64_t *)&o->words[k] ==
+		      (uint64_t)idx * 1000 + (uint64_t)k;
 	return ok;
 }
 
@@ -133,8 +136,8 @@ static void test_typesafe_keeps_memory_under_reader(void)
 	free_all_and_shrink(c);
 	CHECKF(free_slabs(c) > f0, "no slab was discarded");
 	CHECK(sheaf_cache_of(p) == NULL); /* the slab is gone from Sheaf's page map */
-	usleep(50 * 1000);                /* a grace period could have ended by now, if allowed */
-	sheaf_cache_shrink(c);            /* and a purge would have taken the page */
+	usleep(50 * 1000);		  /* a grace period could have ended by now, if allowed */
+	sheaf_cache_shrink(c);		  /* and a purge would have taken the page */
 	CHECKF(resident(p) == 1, "page of a discarded TYPESAFE_BY_RCU slab purged under a reader");
 	atomic_store(&check_now, 1);
 	while (!atomic_load(&checked))
