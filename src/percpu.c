@@ -106,7 +106,8 @@ int sheaf_percpu_init(void)
 	bool forced_thread = opt && !strcmp(opt, "thread");
 	bool forced_rseq = opt && !strcmp(opt, "rseq");
 	if (opt && !forced_thread && !forced_rseq && strcmp(opt, "auto"))
-		sheaf_os_print("sheaf: SHEAF_PERCPU=%s unknown (auto, rseq or thread): using auto", opt);
+		sheaf_os_print("sheaf: SHEAF_PERCPU=%s unknown (auto, rseq or thread): using auto",
+			       opt);
 	/* Always: sets the offset the fast path reads even in per-thread mode. */
 	int r = sheaf_rseq_init(mode_why, sizeof(mode_why));
 	if (forced_thread) {
@@ -114,16 +115,21 @@ int sheaf_percpu_init(void)
 	} else if (r == 0) {
 		sheaf_g.mode = SHEAF_MODE_PERCPU;
 	} else if (forced_rseq) {
-		sheaf_os_print("sheaf: SHEAF_PERCPU=rseq is not available here (%s): using per-thread sheaves",
-			       mode_why);
+		sheaf_os_print(
+			"sheaf: SHEAF_PERCPU=rseq is not available here (%s): using per-thread sheaves",
+			mode_why);
 	}
 	if (sheaf_option_long(SHEAF_OPT_VERBOSE))
-		sheaf_os_print("sheaf: %s mode: %s", sheaf_g.mode == SHEAF_MODE_PERCPU ? "per-CPU" : "per-thread",
+		sheaf_os_print("sheaf: %s mode: %s",
+			       sheaf_g.mode == SHEAF_MODE_PERCPU ? "per-CPU" : "per-thread",
 			       mode_why);
 	return 0;
 }
 
-const char *sheaf_percpu_mode_reason(void) { return mode_why; }
+const char *sheaf_percpu_mode_reason(void)
+{
+	return mode_why;
+}
 
 void sheaf_free_check_hook_set(void (*fn)(const void *obj, size_t size))
 {
@@ -220,7 +226,10 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static inline struct sheaf_sheaf **cpu_slot(struct sheaf_cache *c, int k) { return &c->mainv[k + 2]; }
+static inline struct sheaf_sheaf **cpu_slot(struct sheaf_cache *c, int k)
+{
+	return &c->mainv[k + 2];
+}
 
 static inline struct sheaf_pcs *cpu_pcs_get(struct sheaf_cache *c, int k)
 {
@@ -247,7 +256,8 @@ static struct sheaf_pcs *cpu_pcs_create(struct sheaf_cache *c, int k)
 }
 
 /* CPU k's slot now holds the sentinel and @m was its value: the holder's view. */
-static struct sheaf_pcs *cpu_locked(struct sheaf_cache *c, int k, struct sheaf_sheaf *m, bool create)
+static struct sheaf_pcs *cpu_locked(struct sheaf_cache *c, int k, struct sheaf_sheaf *m,
+				    bool create)
 {
 	struct sheaf_pcs *pcs = cpu_pcs_get(c, k);
 	if (!pcs && create)
@@ -255,7 +265,8 @@ static struct sheaf_pcs *cpu_locked(struct sheaf_cache *c, int k, struct sheaf_s
 	if (!pcs)
 		return NULL;
 	/* While unlocked, the slot and pcs->main name the same sheaf. */
-	sheaf_assert_internal(m == &pcpu_idle ? pcs->main == &sheaf_sentinel_sheaf : pcs->main == m);
+	sheaf_assert_internal(m == &pcpu_idle ? pcs->main == &sheaf_sentinel_sheaf :
+						pcs->main == m);
 	pcs->main = m == &pcpu_idle ? &sheaf_sentinel_sheaf : m;
 	((struct cpu_pcs *)pcs)->holder = pthread_self();
 	return pcs;
@@ -302,8 +313,8 @@ static struct sheaf_sheaf *cpu_lock_slot_remote(struct sheaf_cache *c, int k, bo
 	for (unsigned spin = 0;; spin++) {
 		struct sheaf_sheaf *m = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
 		if (m != &sheaf_sentinel_sheaf &&
-		    __atomic_compare_exchange_n(slot, &m, &sheaf_sentinel_sheaf, false, __ATOMIC_ACQ_REL,
-						__ATOMIC_ACQUIRE)) {
+		    __atomic_compare_exchange_n(slot, &m, &sheaf_sentinel_sheaf, false,
+						__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 			/* The idle sheaf is never written by a fast path (size and capacity
 			 * 0), so taking it needs no fence. */
 			if (fence && m != &pcpu_idle)
@@ -496,14 +507,12 @@ void sheaf_pcs_teardown_cache(struct sheaf_cache *c)
 	struct sheaf_list gone, *tmp;
 	sheaf_list_init(&gone);
 	pthread_mutex_lock(&c->pcs_lock);
-	sheaf_list_for_each_safe(pos, tmp, &c->pcs_list)
-	{
+	sheaf_list_for_each_safe(pos, tmp, &c->pcs_list) {
 		sheaf_list_del(pos);
 		sheaf_list_add(pos, &gone);
 	}
 	pthread_mutex_unlock(&c->pcs_lock);
-	sheaf_list_for_each_safe(pos, tmp, &gone)
-	{
+	sheaf_list_for_each_safe(pos, tmp, &gone) {
 		struct sheaf_pcs *pcs = sheaf_container_of(pos, struct sheaf_pcs, link);
 		sheaf_list_del(&pcs->link);
 		sheaf_pcs_drain(c, pcs, true);
@@ -528,7 +537,8 @@ void sheaf_pcs_teardown_cache(struct sheaf_cache *c)
 }
 
 /* Run @fn on every pcs of @c (statistics; racy reads of sheaf sizes are fine). */
-void sheaf_pcs_for_each(struct sheaf_cache *c, void (*fn)(struct sheaf_cache *, struct sheaf_pcs *, void *), void *arg)
+void sheaf_pcs_for_each(struct sheaf_cache *c,
+			void (*fn)(struct sheaf_cache *, struct sheaf_pcs *, void *), void *arg)
 {
 	if (percpu_cache(c)) {
 		/* Per-CPU mode: each CPU locked in turn (exact figures, harvested). */
@@ -602,8 +612,9 @@ static void fork_unlock_cpus(bool child)
 			/* Every holder is this thread (prepare took them all); a lock left by
 			 * a vanished thread would mean a half-done change: refuse to go on. */
 			if (pcs && !pthread_equal(((struct cpu_pcs *)pcs)->holder, self)) {
-				sheaf_os_print("sheaf: fork: CPU %d of cache '%s' locked by a lost thread", k,
-					       c->name);
+				sheaf_os_print(
+					"sheaf: fork: CPU %d of cache '%s' locked by a lost thread",
+					k, c->name);
 				abort();
 			}
 			cpu_unlock_slot(c, k, pcs);
@@ -653,7 +664,10 @@ static void fork_release(bool child)
 	pthread_mutex_unlock(&sheaf_g.caches_lock);
 }
 
-void sheaf_percpu_fork_parent(void) { fork_release(false); }
+void sheaf_percpu_fork_parent(void)
+{
+	fork_release(false);
+}
 
 void sheaf_percpu_fork_child(void)
 {
@@ -666,7 +680,8 @@ void sheaf_percpu_fork_child(void)
 		pthread_mutex_lock(&sheaf_g.threads_lock);
 		struct sheaf_list *pos;
 		for (pos = sheaf_g.threads.next; pos != &sheaf_g.threads; pos = pos->next) {
-			struct sheaf_tcache *tc = sheaf_container_of(pos, struct sheaf_tcache, link);
+			struct sheaf_tcache *tc =
+				sheaf_container_of(pos, struct sheaf_tcache, link);
 			if (tc != mine) {
 				victim = tc;
 				break;

@@ -67,7 +67,8 @@ static void descriptors_relocate(void)
 		return;
 	size_t n = (size_t)(e - b);
 	size_t len = SHEAF_ALIGN_UP((n + 1) * sizeof(struct rseq_cs_copy), SHEAF_PAGE_SIZE);
-	struct rseq_cs_copy *copy = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct rseq_cs_copy *copy =
+		mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (copy == MAP_FAILED)
 		return; /* keep the in-library descriptors: only dlclose is then unsafe */
 	*(uint32_t *)&copy[n] = SHEAF_RSEQ_SIG;
@@ -95,7 +96,8 @@ __attribute__((destructor)) static void descriptors_defuse(void)
 	if (!cs_copy || mprotect(cs_copy, cs_len, PROT_READ | PROT_WRITE) != 0)
 		return;
 	for (size_t i = 0; i < cs_n; i++) {
-		struct rseq_cs_copy d = { 0, 0, 0, 0, (uint64_t)(uintptr_t)&cs_copy[cs_n] + sizeof(uint32_t) };
+		struct rseq_cs_copy d = { 0, 0, 0, 0,
+					  (uint64_t)(uintptr_t)&cs_copy[cs_n] + sizeof(uint32_t) };
 		__atomic_store_n(&cs_copy[i].abort_ip, d.abort_ip, __ATOMIC_RELAXED);
 		__atomic_store_n(&cs_copy[i].post_commit_offset, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&cs_copy[i].start_ip, 0, __ATOMIC_RELAXED);
@@ -140,19 +142,23 @@ int sheaf_rseq_init(char *why, size_t len)
 	sheaf_rseq_free_limit = sheaf_heap.size;
 	descriptors_relocate();
 #if !SHEAF_HAVE_RSEQ
-	snprintf(why, len, "%s", SHEAF_RSEQ_TSAN ? "ThreadSanitizer build (cannot follow rseq restarts)"
-						  : "no restartable-sequence fast path for this architecture");
+	snprintf(why, len, "%s",
+		 SHEAF_RSEQ_TSAN ? "ThreadSanitizer build (cannot follow rseq restarts)" :
+				   "no restartable-sequence fast path for this architecture");
 	return -ENOSYS;
 #else
 	if (!glibc_area) {
-		snprintf(why, len, "glibc older than 2.35 has no rseq area (Sheaf does not register its own)");
+		snprintf(
+			why, len,
+			"glibc older than 2.35 has no rseq area (Sheaf does not register its own)");
 		return -ENOSYS;
 	}
 	if (__rseq_size < 20) {
-		snprintf(why, len,
-			 "glibc did not register rseq (__rseq_size %u): GLIBC_TUNABLES=glibc.pthread.rseq=0, "
-			 "Valgrind, or a kernel without rseq",
-			 __rseq_size);
+		snprintf(
+			why, len,
+			"glibc did not register rseq (__rseq_size %u): GLIBC_TUNABLES=glibc.pthread.rseq=0, "
+			"Valgrind, or a kernel without rseq",
+			__rseq_size);
 		return -ENOSYS;
 	}
 	if (sheaf_rseq_cpu() < 0) {
@@ -161,7 +167,8 @@ int sheaf_rseq_init(char *why, size_t len)
 	}
 	long q = membarrier(MEMBARRIER_CMD_QUERY, 0, 0);
 	if (q < 0 || !(q & MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)) {
-		snprintf(why, len, "kernel lacks membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)");
+		snprintf(why, len,
+			 "kernel lacks membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)");
 		return -ENOSYS;
 	}
 	if (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0) != 0) {

@@ -65,7 +65,7 @@
  * with this signature on x86; the kernel checks it before every abort handler. */
 #define SHEAF_RSEQ_OFF_CPU_ID 4
 #define SHEAF_RSEQ_OFF_CS     8
-#define SHEAF_RSEQ_SIG        0x53053053
+#define SHEAF_RSEQ_SIG	      0x53053053
 
 /* Offset of the calling thread's rseq area from the thread pointer, read once at
  * init (a hidden global: one RIP-relative load on the fast path, not two through the
@@ -109,84 +109,81 @@ void sheaf_rseq_fork_child(void);
  * libsheaf.so, a dlclose() would leave the kernel reading unmapped memory at that
  * thread's next preemption (SIGSEGV).  The copy outlives the library; the kernel then
  * finds the thread outside the (stale) range and clears rseq_cs. */
-#define SHEAF_RSEQ_TAIL(p, slow)                                                         \
-	".pushsection __rseq_cs, \"aw\"\n\t"                                              \
-	".balign 32\n"                                                                    \
-	p "_cs%=:\n\t"                                                                    \
-	".long 0, 0\n\t"                                                                  \
-	".quad " p "_start%=, " p "_end%= - " p "_start%=, " p "_abort%=\n\t"             \
-	".popsection\n\t"                                                                 \
-	".pushsection sheaf_rseq_slots, \"aw\"\n\t"                                       \
-	".balign 8\n"                                                                     \
-	p "_slot%=:\n\t"                                                                  \
-	".quad " p "_cs%=\n\t"                                                            \
-	".popsection\n\t"                                                                 \
-	".pushsection .text.unlikely.sheaf_rseq, \"ax\"\n\t"                              \
-	".byte 0x0f, 0xb9, 0x3d\n\t"                                                      \
-	".long 0x53053053\n"                                                              \
-	p "_abort%=:\n\t"                                                                 \
-	"jmp %l[" #slow "]\n\t"                                                           \
+#define SHEAF_RSEQ_TAIL(p, slow)                                              \
+	".pushsection __rseq_cs, \"aw\"\n\t"                                  \
+	".balign 32\n" p "_cs%=:\n\t"                                         \
+	".long 0, 0\n\t"                                                      \
+	".quad " p "_start%=, " p "_end%= - " p "_start%=, " p "_abort%=\n\t" \
+	".popsection\n\t"                                                     \
+	".pushsection sheaf_rseq_slots, \"aw\"\n\t"                           \
+	".balign 8\n" p "_slot%=:\n\t"                                        \
+	".quad " p "_cs%=\n\t"                                                \
+	".popsection\n\t"                                                     \
+	".pushsection .text.unlikely.sheaf_rseq, \"ax\"\n\t"                  \
+	".byte 0x0f, 0xb9, 0x3d\n\t"                                          \
+	".long 0x53053053\n" p "_abort%=:\n\t"                                \
+	"jmp %l[" #slow "]\n\t"                                               \
 	".popsection\n"
 
-#define SHEAF_RSEQ_MAINV_DISP (offsetof(struct sheaf_cache, mainv) + 2 * sizeof(struct sheaf_sheaf *))
+#define SHEAF_RSEQ_MAINV_DISP \
+	(offsetof(struct sheaf_cache, mainv) + 2 * sizeof(struct sheaf_sheaf *))
 
 /* Alloc fast path: pops into @obj, or jumps to label @slow.  11 instructions. */
-#define SHEAF_RSEQ_POP(c, obj, slow)                                                      \
-	asm goto("mov sheaf_rseq_offset(%%rip), %%rdx\n\t"                                 \
-		 "mov .Lsheaf_pop_slot%=(%%rip), %%rcx\n\t"                                   \
-		 "mov %%rcx, %%fs:8(%%rdx)\n"                                              \
-		 ".Lsheaf_pop_start%=:\n\t"                                                 \
-		 "movslq %%fs:4(%%rdx), %%rcx\n\t"                                         \
-		 "mov %c[mv](%[cache],%%rcx,8), %%rcx\n\t"                                 \
-		 "mov %c[size](%%rcx), %%edx\n\t"                                          \
-		 "test %%edx, %%edx\n\t"                                                   \
-		 "jz %l[" #slow "]\n\t"                                                    \
-		 "mov %c[objs]-8(%%rcx,%%rdx,8), %[o]\n\t"                                 \
-		 "addq $1, %c[nalloc](%%rcx)\n\t"                                          \
-		 "subl $1, %c[size](%%rcx)\n"                                              \
-		 ".Lsheaf_pop_end%=:\n\t" SHEAF_RSEQ_TAIL(".Lsheaf_pop", slow)              \
-		 : [o] "=&a"(obj)                                                          \
-		 : [cache] "r"(c), [mv] "i"(SHEAF_RSEQ_MAINV_DISP),                        \
-		   [size] "i"(offsetof(struct sheaf_sheaf, size)),                         \
-		   [objs] "i"(offsetof(struct sheaf_sheaf, objects)),                      \
-		   [nalloc] "i"(offsetof(struct sheaf_sheaf, nalloc))                      \
-		 : "rcx", "rdx", "cc", "memory"                                            \
+#define SHEAF_RSEQ_POP(c, obj, slow)                                           \
+	asm goto("mov sheaf_rseq_offset(%%rip), %%rdx\n\t"                     \
+		 "mov .Lsheaf_pop_slot%=(%%rip), %%rcx\n\t"                    \
+		 "mov %%rcx, %%fs:8(%%rdx)\n"                                  \
+		 ".Lsheaf_pop_start%=:\n\t"                                    \
+		 "movslq %%fs:4(%%rdx), %%rcx\n\t"                             \
+		 "mov %c[mv](%[cache],%%rcx,8), %%rcx\n\t"                     \
+		 "mov %c[size](%%rcx), %%edx\n\t"                              \
+		 "test %%edx, %%edx\n\t"                                       \
+		 "jz %l[" #slow "]\n\t"                                        \
+		 "mov %c[objs]-8(%%rcx,%%rdx,8), %[o]\n\t"                     \
+		 "addq $1, %c[nalloc](%%rcx)\n\t"                              \
+		 "subl $1, %c[size](%%rcx)\n"                                  \
+		 ".Lsheaf_pop_end%=:\n\t" SHEAF_RSEQ_TAIL(".Lsheaf_pop", slow) \
+		 : [o] "=&a"(obj)                                              \
+		 : [cache] "r"(c), [mv] "i"(SHEAF_RSEQ_MAINV_DISP),            \
+		   [size] "i"(offsetof(struct sheaf_sheaf, size)),             \
+		   [objs] "i"(offsetof(struct sheaf_sheaf, objects)),          \
+		   [nalloc] "i"(offsetof(struct sheaf_sheaf, nalloc))          \
+		 : "rcx", "rdx", "cc", "memory"                                \
 		 : slow)
 
 /* Free fast path: pushes @obj, or jumps to label @slow.  19 instructions.  The key
  * lookup is sheaf_page_key() with the bound taken from sheaf_rseq_free_limit. */
-#define SHEAF_RSEQ_PUSH(c, obj, slow)                                                     \
-	asm goto("mov %[o], %%rax\n\t"                                                     \
-		 "sub sheaf_heap+%c[hbase](%%rip), %%rax\n\t"                              \
-		 "cmp sheaf_rseq_free_limit(%%rip), %%rax\n\t"                             \
-		 "jae %l[" #slow "]\n\t"                                                   \
-		 "shr %[pshift], %%rax\n\t"                                                \
-		 "mov sheaf_heap+%c[hmap](%%rip), %%rdx\n\t"                               \
-		 "mov (%%rdx,%%rax,8), %%rdx\n\t"                                          \
-		 "mov sheaf_rseq_offset(%%rip), %%rax\n\t"                                 \
-		 "mov .Lsheaf_push_slot%=(%%rip), %%rcx\n\t"                                  \
-		 "mov %%rcx, %%fs:8(%%rax)\n"                                              \
-		 ".Lsheaf_push_start%=:\n\t"                                                \
-		 "movslq %%fs:4(%%rax), %%rcx\n\t"                                         \
-		 "mov %c[mv](%[cache],%%rcx,8), %%rcx\n\t"                                 \
-		 "cmp %c[key](%%rcx), %%rdx\n\t"                                           \
-		 "jne %l[" #slow "]\n\t"                                                   \
-		 "mov %c[size](%%rcx), %%eax\n\t"                                          \
-		 "cmp %c[cap](%%rcx), %%eax\n\t"                                           \
-		 "jae %l[" #slow "]\n\t"                                                   \
-		 "mov %[o], %c[objs](%%rcx,%%rax,8)\n\t"                                   \
-		 "addl $1, %c[size](%%rcx)\n"                                              \
-		 ".Lsheaf_push_end%=:\n\t" SHEAF_RSEQ_TAIL(".Lsheaf_push", slow)            \
-		 :                                                                          \
-		 : [cache] "r"(c), [o] "r"(obj), [mv] "i"(SHEAF_RSEQ_MAINV_DISP),          \
-		   [hbase] "i"(offsetof(struct sheaf_heap, base)),                         \
-		   [hmap] "i"(offsetof(struct sheaf_heap, pagemap)),                       \
-		   [pshift] "i"(SHEAF_PAGE_SHIFT),                                         \
-		   [size] "i"(offsetof(struct sheaf_sheaf, size)),                         \
-		   [cap] "i"(offsetof(struct sheaf_sheaf, capacity)),                      \
-		   [key] "i"(offsetof(struct sheaf_sheaf, key)),                           \
-		   [objs] "i"(offsetof(struct sheaf_sheaf, objects))                       \
-		 : "rax", "rcx", "rdx", "cc", "memory"                                     \
+#define SHEAF_RSEQ_PUSH(c, obj, slow)                                                              \
+	asm goto("mov %[o], %%rax\n\t"                                                             \
+		 "sub sheaf_heap+%c[hbase](%%rip), %%rax\n\t"                                      \
+		 "cmp sheaf_rseq_free_limit(%%rip), %%rax\n\t"                                     \
+		 "jae %l[" #slow "]\n\t"                                                           \
+		 "shr %[pshift], %%rax\n\t"                                                        \
+		 "mov sheaf_heap+%c[hmap](%%rip), %%rdx\n\t"                                       \
+		 "mov (%%rdx,%%rax,8), %%rdx\n\t"                                                  \
+		 "mov sheaf_rseq_offset(%%rip), %%rax\n\t"                                         \
+		 "mov .Lsheaf_push_slot%=(%%rip), %%rcx\n\t"                                       \
+		 "mov %%rcx, %%fs:8(%%rax)\n"                                                      \
+		 ".Lsheaf_push_start%=:\n\t"                                                       \
+		 "movslq %%fs:4(%%rax), %%rcx\n\t"                                                 \
+		 "mov %c[mv](%[cache],%%rcx,8), %%rcx\n\t"                                         \
+		 "cmp %c[key](%%rcx), %%rdx\n\t"                                                   \
+		 "jne %l[" #slow "]\n\t"                                                           \
+		 "mov %c[size](%%rcx), %%eax\n\t"                                                  \
+		 "cmp %c[cap](%%rcx), %%eax\n\t"                                                   \
+		 "jae %l[" #slow "]\n\t"                                                           \
+		 "mov %[o], %c[objs](%%rcx,%%rax,8)\n\t"                                           \
+		 "addl $1, %c[size](%%rcx)\n"                                                      \
+		 ".Lsheaf_push_end%=:\n\t" SHEAF_RSEQ_TAIL(".Lsheaf_push", slow)                   \
+		 :                                                                                 \
+		 : [cache] "r"(c), [o] "r"(obj), [mv] "i"(SHEAF_RSEQ_MAINV_DISP),                  \
+		   [hbase] "i"(offsetof(struct sheaf_heap, base)),                                 \
+		   [hmap] "i"(offsetof(struct sheaf_heap, pagemap)),                               \
+		   [pshift] "i"(SHEAF_PAGE_SHIFT), [size] "i"(offsetof(struct sheaf_sheaf, size)), \
+		   [cap] "i"(offsetof(struct sheaf_sheaf, capacity)),                              \
+		   [key] "i"(offsetof(struct sheaf_sheaf, key)),                                   \
+		   [objs] "i"(offsetof(struct sheaf_sheaf, objects))                               \
+		 : "rax", "rcx", "rdx", "cc", "memory"                                             \
 		 : slow)
 
 #endif /* SHEAF_HAVE_RSEQ */

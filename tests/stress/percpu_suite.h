@@ -36,8 +36,8 @@
 #include <time.h>
 
 #define PS_NCACHES 2
-#define PS_XSLOTS 1024
-#define PS_BATCH 160
+#define PS_XSLOTS  1024
+#define PS_BATCH   160
 
 static struct sheaf_cache *ps_cache[PS_NCACHES];
 static const size_t ps_size[PS_NCACHES] = { 64, 256 };
@@ -48,9 +48,9 @@ static int ps_ncpu = 1;
 static long ps_budget_ops = 4000000; /* alloc+free pairs per phase, over all threads */
 
 struct ps_obj {
-	uint64_t tag;   /* thread << 40 | sequence */
+	uint64_t tag;	/* thread << 40 | sequence */
 	uint64_t check; /* tag * constant */
-	uint32_t ci;    /* cache index */
+	uint32_t ci;	/* cache index */
 };
 
 static void ps_fill(struct ps_obj *o, unsigned ci, uint64_t tag)
@@ -96,7 +96,8 @@ static void *ps_worker(void *argp)
 	struct ps_obj *v[PS_BATCH];
 	uint64_t tags[PS_BATCH];
 	long done = 0;
-	for (int it = 0; done < a->ops && !atomic_load_explicit(&ps_stop, memory_order_relaxed); it++) {
+	for (int it = 0; done < a->ops && !atomic_load_explicit(&ps_stop, memory_order_relaxed);
+	     it++) {
 		uint64_t r = th_rand(&seed);
 		unsigned ci = (unsigned)(r % PS_NCACHES);
 		unsigned n = 1 + (unsigned)((r >> 8) % PS_BATCH);
@@ -115,7 +116,8 @@ static void *ps_worker(void *argp)
 		for (unsigned i = 0; i < n; i++) {
 			if (((r >> 30) + i) % 4 == 0) {
 				/* Cross-CPU free: another thread frees it, we free theirs. */
-				uintptr_t old = atomic_exchange(&ps_xchg[(r + i * 31) % PS_XSLOTS], (uintptr_t)v[i]);
+				uintptr_t old = atomic_exchange(&ps_xchg[(r + i * 31) % PS_XSLOTS],
+								(uintptr_t)v[i]);
 				if (old)
 					ps_free((struct ps_obj *)old, 0);
 			} else {
@@ -156,14 +158,18 @@ static void ps_conservation(const char *when, bool final)
 		struct sheaf_cache *c = ps_cache[i];
 		struct sheaf_stats st = { .size = sizeof(st) };
 		sheaf_stats_get(c, &st);
-		uint64_t allocs = st.events[SHEAF_STAT_ALLOC_FASTPATH] + st.events[SHEAF_STAT_ALLOC_SLOWPATH];
-		uint64_t frees = st.events[SHEAF_STAT_FREE_FASTPATH] + st.events[SHEAF_STAT_FREE_SLOWPATH];
-		CHECKF(allocs == frees, "%s %s: allocs %llu frees %llu", when, st.name, (unsigned long long)allocs,
-		       (unsigned long long)frees);
-		CHECKF(st.objects_inuse == st.objects_in_pcs + st.objects_in_barns + st.rcu_inflight_objects,
+		uint64_t allocs =
+			st.events[SHEAF_STAT_ALLOC_FASTPATH] + st.events[SHEAF_STAT_ALLOC_SLOWPATH];
+		uint64_t frees =
+			st.events[SHEAF_STAT_FREE_FASTPATH] + st.events[SHEAF_STAT_FREE_SLOWPATH];
+		CHECKF(allocs == frees, "%s %s: allocs %llu frees %llu", when, st.name,
+		       (unsigned long long)allocs, (unsigned long long)frees);
+		CHECKF(st.objects_inuse ==
+			       st.objects_in_pcs + st.objects_in_barns + st.rcu_inflight_objects,
 		       "%s %s: inuse %llu = pcs %llu + barns %llu + rcu %llu", when, st.name,
 		       (unsigned long long)st.objects_inuse, (unsigned long long)st.objects_in_pcs,
-		       (unsigned long long)st.objects_in_barns, (unsigned long long)st.rcu_inflight_objects);
+		       (unsigned long long)st.objects_in_barns,
+		       (unsigned long long)st.rcu_inflight_objects);
 		if (final) {
 			sheaf_cache_shrink(c);
 			sheaf_stats_get(c, &st);
@@ -228,7 +234,8 @@ static void ps_phase(int per_cpu, bool forks)
 			usleep(20000);
 			struct th_child r;
 			th_run_child(ps_fork_child, NULL, &r);
-			CHECKF(r.exited && r.status == 0, "fork child %d: exited %d status %d signaled %d sig %d: %s", f,
+			CHECKF(r.exited && r.status == 0,
+			       "fork child %d: exited %d status %d signaled %d sig %d: %s", f,
 			       r.exited, r.status, r.signaled, r.sig, r.err);
 		}
 	}
@@ -241,7 +248,8 @@ static void ps_phase(int per_cpu, bool forks)
 	char when[48];
 	snprintf(when, sizeof(when), "%dx threads", per_cpu);
 	ps_conservation(when, false);
-	printf("# %s: %d threads, %ld objects, mode %s\n", when, nthreads, atomic_load(&ps_ops), sheaf_percpu_mode());
+	printf("# %s: %d threads, %ld objects, mode %s\n", when, nthreads, atomic_load(&ps_ops),
+	       sheaf_percpu_mode());
 	free(t);
 	free(args);
 }
@@ -266,8 +274,14 @@ static void ps_setup(void)
 	}
 }
 
-static void test_4x_threads(void) { ps_phase(4, true); }
-static void test_32x_threads(void) { ps_phase(32, false); }
+static void test_4x_threads(void)
+{
+	ps_phase(4, true);
+}
+static void test_32x_threads(void)
+{
+	ps_phase(32, false);
+}
 
 static void test_final_conservation(void)
 {

@@ -15,7 +15,7 @@
 #include <sheaf.h>
 #include <sheaf_stats.h>
 
-#define NTHREADS 256
+#define NTHREADS   256
 #define PER_THREAD 100
 
 static struct sheaf_cache *cache;
@@ -76,13 +76,14 @@ static void test_bound(void)
 	printf("# mode %s: %d threads at rest, objects_in_pcs %llu, percpu_slots %llu, capacity %llu, "
 	       "bound (CPUs x 2 x capacity) %llu, objects_in_barns %llu, objects_inuse %llu\n",
 	       sheaf_percpu_mode(), NTHREADS, (unsigned long long)st.objects_in_pcs,
-	       (unsigned long long)st.percpu_slots, (unsigned long long)st.sheaf_capacity, (unsigned long long)bound,
-	       (unsigned long long)st.objects_in_barns, (unsigned long long)st.objects_inuse);
+	       (unsigned long long)st.percpu_slots, (unsigned long long)st.sheaf_capacity,
+	       (unsigned long long)bound, (unsigned long long)st.objects_in_barns,
+	       (unsigned long long)st.objects_inuse);
 	CHECK(atomic_load(&bad) == 0);
 	if (percpu) {
 		CHECK(st.percpu_slots == (uint64_t)sheaf_g.ncpus);
-		CHECKF(st.objects_in_pcs <= bound, "%llu objects in sheaves > %llu", (unsigned long long)st.objects_in_pcs,
-		       (unsigned long long)bound);
+		CHECKF(st.objects_in_pcs <= bound, "%llu objects in sheaves > %llu",
+		       (unsigned long long)st.objects_in_pcs, (unsigned long long)bound);
 	} else {
 		/* Per-thread mode: one pcs per thread that used the cache. */
 		CHECK(st.percpu_slots >= NTHREADS);
@@ -91,7 +92,8 @@ static void test_bound(void)
 	 * in per-CPU mode, where statistics lock each CPU; per-thread gauges lag until
 	 * each owner's next slow path, so that mode is checked after the threads exit). */
 	if (percpu)
-		CHECK(st.objects_inuse == st.objects_in_pcs + st.objects_in_barns + st.rcu_inflight_objects);
+		CHECK(st.objects_inuse ==
+		      st.objects_in_pcs + st.objects_in_barns + st.rcu_inflight_objects);
 
 	pthread_barrier_wait(&measured);
 	for (int i = 0; i < NTHREADS; i++)
@@ -99,7 +101,8 @@ static void test_bound(void)
 	stats(&st);
 	if (percpu)
 		CHECK(st.objects_in_pcs <= bound);
-	CHECK(st.objects_inuse == st.objects_in_pcs + st.objects_in_barns + st.rcu_inflight_objects);
+	CHECK(st.objects_inuse ==
+	      st.objects_in_pcs + st.objects_in_barns + st.rcu_inflight_objects);
 	sheaf_cache_shrink(cache);
 	stats(&st);
 	CHECK(st.objects_inuse == 0 && st.slabs == 0);

@@ -11,5 +11,6 @@ int main(void)
 	sheaf_cache_destroy(probe);
 	const char *opt = getenv("SHEAF_PERCPU");
 	bool want = SHEAF_HAVE_RSEQ && sheaf_rseq_cpu() >= 0 && !(opt && !strcmp(opt, "thread"));
-	return ps_main(want, want ? "rseq registered by glibc" : "no rseq here: per-thread fallback");
+	return ps_main(want,
+		       want ? "rseq registered by glibc" : "no rseq here: per-thread fallback");
 }

@@ -4,4 +4,7 @@
  * chosen automatically, and the rseq fast path must fail harmlessly (cpu_id -2). */
 #include "percpu_suite.h"
 
-int main(void) { return ps_main(false, "GLIBC_TUNABLES=glibc.pthread.rseq=0"); }
+int main(void)
+{
+	return ps_main(false, "GLIBC_TUNABLES=glibc.pthread.rseq=0");
+}

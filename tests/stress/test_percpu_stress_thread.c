@@ -3,4 +3,7 @@
  * (SHEAF_PERCPU=thread, see the .env sidecar). */
 #include "percpu_suite.h"
 
-int main(void) { return ps_main(false, "SHEAF_PERCPU=thread"); }
+int main(void)
+{
+	return ps_main(false, "SHEAF_PERCPU=thread");
+}
