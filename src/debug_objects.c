@@ -257,11 +257,10 @@ static void fork_child(void)
 
 static void tracker_init(void)
 {
-	const char *e = getenv("SHEAF_DEBUG_OBJECTS");
-	if (e && (e[0] == '0' || !strcmp(e, "off") || !strcmp(e, "no")))
+	/* Options come from the one table (options.c, docs/options.md). */
+	if (sheaf_ensure_init() != 0 || !sheaf_option_long(SHEAF_OPT_DEBUG_OBJECTS))
 		enabled = false;
-	e = getenv("SHEAF_DEBUG_OBJECTS_POOL");
-	if (e && !strcmp(e, "single") && !pool_started)
+	if (!strcmp(sheaf_option_str(SHEAF_OPT_DEBUG_OBJECTS_POOL), "single") && !pool_started)
 		pool_mode = SHEAF_DEBUG_POOL_SINGLE;
 	if (pthread_key_create(&exit_key, thread_exit) != 0 ||
 	    pthread_atfork(fork_prepare, fork_release, fork_child) != 0)

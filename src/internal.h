@@ -45,6 +45,8 @@ enum sheaf_option_id {
 	SHEAF_OPT_SLAB_DEBUG,
 	SHEAF_OPT_RCU_BARRIER,
 	SHEAF_OPT_VERBOSE,
+	SHEAF_OPT_DEBUG_OBJECTS,
+	SHEAF_OPT_DEBUG_OBJECTS_POOL,
 	SHEAF_OPT_NR
 };
 void sheaf_options_init(void);

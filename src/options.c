@@ -41,6 +41,8 @@ static struct opt opts[SHEAF_OPT_NR] = {
 	[SHEAF_OPT_SLAB_DEBUG] = { "SLAB_DEBUG", OPT_STR, "", "debug caches, kernel slab_debug= syntax: \"FZPU\" for all, \"FZPU,name1,name2\" for some", "stable" },
 	[SHEAF_OPT_RCU_BARRIER] = { "RCU_BARRIER", OPT_STR, "cache", "cache | global: what sheaf_cache_destroy waits for (global: for comparison only)", "testing" },
 	[SHEAF_OPT_VERBOSE] = { "VERBOSE", OPT_BOOL, "0", "print the effective options and topology at start", "stable" },
+	[SHEAF_OPT_DEBUG_OBJECTS] = { "DEBUG_OBJECTS", OPT_BOOL, "1", "the debug-objects tracker (sheaf_debug.h) is active when the program uses it; 0 turns every hook into a no-op", "stable" },
+	[SHEAF_OPT_DEBUG_OBJECTS_POOL] = { "DEBUG_OBJECTS_POOL", OPT_STR, "batched", "batched | single: the tracker's record pool (single: one record at a time, for comparison only)", "testing" },
 };
 
 static int parse_into(struct opt *o, const char *v)
