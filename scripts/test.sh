@@ -47,6 +47,7 @@ t_all=$SECONDS
 for p in $PRESETS; do
 	t0=$SECONDS
 	status=ok detail=""
+	rm -f "build/logs/$p-configure.log" "build/logs/$p-build.log" "build/logs/$p-test.log"
 	if ! grep -qx "$p" <<<"$known"; then
 		status=FAIL detail="no such preset (have: $(echo $known))"
 	else
@@ -92,6 +93,12 @@ for p in $PRESETS; do
 			detail="$n tests passed"
 		fi
 	fi
+	if [ -f "build/logs/$p-test.log" ]; then
+		# The time budget (CI: well under 20 minutes for all presets) goes here first.
+		slow=$(sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/p' \
+			"build/logs/$p-test.log" | sort -rn | head -n 3 | awk '{printf "%s %.0fs, ", $2, $1}')
+		[ -z "$slow" ] || echo "== [$p] slowest: ${slow%, }"
+	fi
 	dt=$((SECONDS - t0))
 	echo "== [$p] $status: $detail ($(fmt_time $dt))"
 	summary+=("$(printf '%-8s %-4s %-8s %s' "$p" "$status" "$(fmt_time $dt)" "$detail")")
@@ -102,6 +109,9 @@ echo
 echo "== Summary"
 printf '%s\n' "${summary[@]}"
 echo "elapsed: $(fmt_time $((SECONDS - t_all)))"
+if [ $((SECONDS - t_all)) -gt 1200 ]; then
+	echo "WARNING: over the 20-minute budget for this run (CI allows 90 minutes)"
+fi
 if [ ${#bad[@]} -ne 0 ]; then
 	echo "FAILED presets: ${bad[*]}"
 fi
