@@ -26,23 +26,25 @@ struct opt {
 	int set;             /* set by sheaf_option_set() */
 };
 
+#define OPT(n, t, d, h, st) { .name = (n), .type = (t), .def = (d), .help = (h), .stability = (st) }
+
 static struct opt opts[SHEAF_OPT_NR] = {
-	[SHEAF_OPT_STATS] = { "STATS", OPT_BOOL, "0", "print every cache's statistics at exit (1: text, json: JSON)", "stable" },
-	[SHEAF_OPT_ON_ERROR] = { "ON_ERROR", OPT_STR, "abort", "abort | warn: what a detected misuse does (warn reports and leaks the object)", "stable" },
-	[SHEAF_OPT_SHEAF_CAPACITY] = { "SHEAF_CAPACITY", OPT_LONG, "0", "sheaf capacity of every cache without an explicit one (0: DESIGN D1 default)", "stable" },
-	[SHEAF_OPT_FAKE_NUMA] = { "FAKE_NUMA", OPT_STR, "", "fake topology: \"N\" nodes, CPU i on node i % N; \"N:memoryless=1,3\" makes nodes 1 and 3 memoryless", "stable" },
-	[SHEAF_OPT_PERCPU] = { "PERCPU", OPT_STR, "auto", "auto | rseq | thread: per-CPU sheaves with rseq, or per-thread sheaves", "stable" },
-	[SHEAF_OPT_HEAP_GB] = { "HEAP_GB", OPT_LONG, "64", "address space reserved for slabs, GiB (halved until the reservation succeeds)", "stable" },
-	[SHEAF_OPT_PURGE_ORDER] = { "PURGE_ORDER", OPT_LONG, "4", "free page runs of 4 KiB << n are given back to the OS at once", "evolving" },
-	[SHEAF_OPT_BARN_MAX_FULL] = { "BARN_MAX_FULL", OPT_LONG, "10", "soft limit of full sheaves per barn (upper bound of the EWMA limit, D6)", "stable" },
-	[SHEAF_OPT_BARN_MAX_EMPTY] = { "BARN_MAX_EMPTY", OPT_LONG, "10", "soft limit of empty sheaves per barn", "stable" },
-	[SHEAF_OPT_BARN_EWMA] = { "BARN_EWMA", OPT_BOOL, "1", "trim barns to an EWMA of their working set, gradually (D6)", "evolving" },
-	[SHEAF_OPT_KERNEL_COMPAT] = { "KERNEL_COMPAT", OPT_BOOL, "0", "every cache behaves like Linux 7.0 (no D1-D7), for comparison", "testing" },
-	[SHEAF_OPT_SLAB_DEBUG] = { "SLAB_DEBUG", OPT_STR, "", "debug caches, kernel slab_debug= syntax: \"FZPU\" for all, \"FZPU,name1,name2\" for some", "stable" },
-	[SHEAF_OPT_RCU_BARRIER] = { "RCU_BARRIER", OPT_STR, "cache", "cache | global: what sheaf_cache_destroy waits for (global: for comparison only)", "testing" },
-	[SHEAF_OPT_VERBOSE] = { "VERBOSE", OPT_BOOL, "0", "print the effective options and topology at start", "stable" },
-	[SHEAF_OPT_DEBUG_OBJECTS] = { "DEBUG_OBJECTS", OPT_BOOL, "1", "the debug-objects tracker (sheaf_debug.h) is active when the program uses it; 0 turns every hook into a no-op", "stable" },
-	[SHEAF_OPT_DEBUG_OBJECTS_POOL] = { "DEBUG_OBJECTS_POOL", OPT_STR, "batched", "batched | single: the tracker's record pool (single: one record at a time, for comparison only)", "testing" },
+	[SHEAF_OPT_STATS] = OPT("STATS", OPT_BOOL, "0", "print every cache's statistics at exit (1: text, json: JSON)", "stable"),
+	[SHEAF_OPT_ON_ERROR] = OPT("ON_ERROR", OPT_STR, "abort", "abort | warn: what a detected misuse does (warn reports and leaks the object)", "stable"),
+	[SHEAF_OPT_SHEAF_CAPACITY] = OPT("SHEAF_CAPACITY", OPT_LONG, "0", "sheaf capacity of every cache without an explicit one (0: DESIGN D1 default)", "stable"),
+	[SHEAF_OPT_FAKE_NUMA] = OPT("FAKE_NUMA", OPT_STR, "", "fake topology: \"N\" nodes, CPU i on node i % N; \"N:memoryless=1,3\" makes nodes 1 and 3 memoryless", "stable"),
+	[SHEAF_OPT_PERCPU] = OPT("PERCPU", OPT_STR, "auto", "auto | rseq | thread: per-CPU sheaves with rseq, or per-thread sheaves", "stable"),
+	[SHEAF_OPT_HEAP_GB] = OPT("HEAP_GB", OPT_LONG, "64", "address space reserved for slabs, GiB (halved until the reservation succeeds)", "stable"),
+	[SHEAF_OPT_PURGE_ORDER] = OPT("PURGE_ORDER", OPT_LONG, "4", "free page runs of 4 KiB << n are given back to the OS at once", "evolving"),
+	[SHEAF_OPT_BARN_MAX_FULL] = OPT("BARN_MAX_FULL", OPT_LONG, "10", "soft limit of full sheaves per barn (upper bound of the EWMA limit, D6)", "stable"),
+	[SHEAF_OPT_BARN_MAX_EMPTY] = OPT("BARN_MAX_EMPTY", OPT_LONG, "10", "soft limit of empty sheaves per barn", "stable"),
+	[SHEAF_OPT_BARN_EWMA] = OPT("BARN_EWMA", OPT_BOOL, "1", "trim barns to an EWMA of their working set, gradually (D6)", "evolving"),
+	[SHEAF_OPT_KERNEL_COMPAT] = OPT("KERNEL_COMPAT", OPT_BOOL, "0", "every cache behaves like Linux 7.0 (no D1-D7), for comparison", "testing"),
+	[SHEAF_OPT_SLAB_DEBUG] = OPT("SLAB_DEBUG", OPT_STR, "", "debug caches, kernel slab_debug= syntax: \"FZPU\" for all, \"FZPU,name1,name2\" for some", "stable"),
+	[SHEAF_OPT_RCU_BARRIER] = OPT("RCU_BARRIER", OPT_STR, "cache", "cache | global: what sheaf_cache_destroy waits for (global: for comparison only)", "testing"),
+	[SHEAF_OPT_VERBOSE] = OPT("VERBOSE", OPT_BOOL, "0", "print the effective options and topology at start", "stable"),
+	[SHEAF_OPT_DEBUG_OBJECTS] = OPT("DEBUG_OBJECTS", OPT_BOOL, "1", "the debug-objects tracker (sheaf_debug.h) is active when the program uses it; 0 turns every hook into a no-op", "stable"),
+	[SHEAF_OPT_DEBUG_OBJECTS_POOL] = OPT("DEBUG_OBJECTS_POOL", OPT_STR, "batched", "batched | single: the tracker's record pool (single: one record at a time, for comparison only)", "testing"),
 };
 
 static int parse_into(struct opt *o, const char *v)
