@@ -168,6 +168,9 @@ report(const char *fn, const char *what, const void *ptr, const char *cache, siz
 struct sheaf_cache *_Atomic sheaf_malloc_classes[SHEAF_SC_COUNT];
 static pthread_mutex_t sc_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int fork_handlers_registered;
+/* The core could not start (no address space for its heap): set once, so the
+ * start-up is not retried on every allocation. */
+static atomic_int core_failed;
 
 static void fork_prepare(void);
 static void fork_parent(void);
@@ -200,6 +203,8 @@ static struct sheaf_cache *__attribute__((noinline)) class_create(unsigned int i
 		tls_creating++;
 		c = sheaf_cache_create(name, sheaf_sc_size[i], &args);
 		tls_creating--;
+		if (!c && atomic_load_explicit(&sheaf_g.init_state, memory_order_acquire) != 2)
+			atomic_store_explicit(&core_failed, 1, memory_order_relaxed);
 		if (c) {
 			size_t osz = sheaf_cache_object_size(c);
 			/* sheaf_malloc_class_of() depends on this; the core only rounds
@@ -225,6 +230,22 @@ static struct sheaf_cache *__attribute__((noinline)) class_create(unsigned int i
 			pthread_atfork(fork_prepare, fork_parent, fork_child);
 	}
 	return c;
+}
+
+/* The fork handlers must also protect the extent locks of a process that
+ * has made no small allocation yet, or whose core could not start. */
+static void fork_handlers_ensure(void)
+{
+	if (sheaf_likely(atomic_load_explicit(&fork_handlers_registered, memory_order_relaxed)) ||
+	    tls_creating)
+		return;
+	if (!atomic_load_explicit(&core_failed, memory_order_relaxed)) {
+		/* Start the core and register in the right order. */
+		if (class_create(0) || !atomic_load_explicit(&core_failed, memory_order_relaxed))
+			return;
+	}
+	if (!atomic_exchange(&fork_handlers_registered, 1))
+		pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 /* ---- Bootstrap arena ------------------------------------------------------------ */
@@ -598,6 +619,7 @@ static void *large_alloc(size_t n, size_t align, bool zero)
 		errno = ENOMEM;
 		return NULL;
 	}
+	fork_handlers_ensure();
 	size_t len = extent_len(n), got = 0;
 	if (align < PAGE)
 		align = PAGE;
@@ -682,6 +704,21 @@ void sheaf_malloc_free_slow(void *p, struct sheaf_cache *c, const char *fn)
 
 /* ---- The API ---------------------------------------------------------------------- */
 
+/* No class cache for a request: re-entry while creating one (bootstrap
+ * arena), the core could not start (in the preload: glibc's allocator, see
+ * sheaf_preload_fallback_alloc), or no memory. */
+static void *__attribute__((noinline)) no_class(size_t n, size_t align)
+{
+	if (tls_creating)
+		return boot_alloc(n, align);
+	if (atomic_load_explicit(&core_failed, memory_order_relaxed) && sheaf_preload_fallback_alloc) {
+		fork_handlers_ensure();
+		return sheaf_preload_fallback_alloc(n, align);
+	}
+	errno = ENOMEM;
+	return NULL;
+}
+
 /* Slow path of sheaf_malloc_inline(): the class has no cache yet, or the
  * request is an extent. */
 void *sheaf_malloc_slow(size_t n)
@@ -689,9 +726,10 @@ void *sheaf_malloc_slow(size_t n)
 	if (n > SHEAF_SC_MAX)
 		return large_alloc(n, 0, false);
 	unsigned int i = sheaf_sc_index(n);
-	struct sheaf_cache *c = class_create(i);
+	struct sheaf_cache *c = atomic_load_explicit(&core_failed, memory_order_relaxed) ? NULL
+										      : class_create(i);
 	if (!c)
-		return tls_creating ? boot_alloc(n, 0) : (errno = ENOMEM, NULL);
+		return no_class(n, 0);
 	return sheaf_cache_alloc(c);
 }
 
@@ -820,9 +858,9 @@ void *sheaf_aligned_alloc(size_t align, size_t n)
 			i++;
 		struct sheaf_cache *c = atomic_load_explicit(&sheaf_malloc_classes[i], memory_order_acquire);
 		if (unlikely(!c)) {
-			c = class_create(i);
+			c = atomic_load_explicit(&core_failed, memory_order_relaxed) ? NULL : class_create(i);
 			if (!c)
-				return tls_creating ? boot_alloc(n, align) : (errno = ENOMEM, NULL);
+				return no_class(n, align);
 		}
 		return sheaf_cache_alloc(c);
 	}

@@ -146,5 +146,10 @@ void sheaf_malloc_extent_cache_stat(size_t *count, size_t *bytes);
  * it is not glibc's either; foreign_free gives it back to glibc. */
 size_t sheaf_preload_foreign_size(const void *ptr) __attribute__((weak));
 void sheaf_preload_foreign_free(void *ptr) __attribute__((weak));
+/* Called when the core cannot start (no address space for its heap, e.g.
+ * under a low `ulimit -v`): the preload then serves size-class requests
+ * with glibc's allocator, after one line on stderr, instead of failing
+ * every small malloc; from then on every unknown pointer is glibc's. */
+void *sheaf_preload_fallback_alloc(size_t n, size_t align) __attribute__((weak));
 
 #endif /* SHEAF_MALLOC_INTERNAL_H */

@@ -121,6 +121,13 @@ void sheaf_preload_counts(uint64_t *mallocs, uint64_t *frees)
 /* ---- glibc's memory ------------------------------------------------------------- */
 
 extern void __libc_free(void *ptr);
+extern void *__libc_malloc(size_t n);
+extern void *__libc_memalign(size_t align, size_t n);
+
+/* Set when the core could not start and glibc serves the small requests:
+ * every pointer that is not Sheaf's is then glibc's (sheaf_preload_fallback_alloc). */
+static atomic_int fallback_active;
+static size_t (*glibc_usable_size)(void *);
 
 /* Start of the program break (field 47 of /proc/self/stat), 1 if unknown. */
 static uintptr_t brk_start;
@@ -148,9 +155,27 @@ static uintptr_t read_brk_start(void)
 	return v ? v : 1;
 }
 
+void *sheaf_preload_fallback_alloc(size_t n, size_t align)
+{
+	if (!atomic_exchange(&fallback_active, 1)) {
+		static const char m[] = "sheaf-malloc: Sheaf could not start (no address space for "
+					"its heap? see SHEAF_HEAP_GB); small blocks come from glibc's malloc\n";
+		ssize_t w = write(2, m, sizeof(m) - 1);
+		(void)w;
+		/* glibc's own malloc_usable_size (this library's hides it);
+		 * dlsym may allocate: that comes back here, to glibc. */
+		*(void **)&glibc_usable_size = dlsym(RTLD_NEXT, "malloc_usable_size");
+	}
+	return align > 16 ? __libc_memalign(align, n) : __libc_malloc(n);
+}
+
 size_t sheaf_preload_foreign_size(const void *ptr)
 {
 	uintptr_t a = (uintptr_t)ptr;
+	if (atomic_load_explicit(&fallback_active, memory_order_acquire) && glibc_usable_size) {
+		size_t u = glibc_usable_size((void *)ptr);
+		return u ? u : 1; /* glibc's free diagnoses a bad pointer itself */
+	}
 	if (!brk_start)
 		brk_start = read_brk_start();
 	uintptr_t lo = brk_start, hi = (uintptr_t)sbrk(0);

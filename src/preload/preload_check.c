@@ -259,6 +259,8 @@ static void check_fork_busy(void)
 		int st = 0;
 		waitpid(pid, &st, 0);
 		ok += WIFEXITED(st) && WEXITSTATUS(st) == 0;
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			printf("fork round %d: child status 0x%x\n", r, st);
 		usleep(2000);
 	}
 	CHECK(ok == rounds);

@@ -83,6 +83,13 @@ for mode in auto thread; do
 	echo "$out" | tail -n 3
 	grep -q "served by sheaf-malloc" <<<"$out"
 done
+# The core cannot start (no heap: as under a low `ulimit -v`): one line on
+# stderr, then glibc serves the small blocks and Sheaf's extents the large
+# ones; every contract still holds.
+out=$(SHEAF_HEAP_GB=0 preloaded "$check" "$WORK/libtlsdemo.so" 2>"$WORK/nocore.err")
+echo "$out" | tail -n 1
+grep -q "Sheaf could not start" "$WORK/nocore.err"
+grep -q "preload-check: [0-9]* checks, 0 failed" <<<"$out"
 out=$(preloaded "$checkxx")
 echo "$out" | tail -n 3
 grep -q "served by sheaf-malloc" <<<"$out"
