@@ -636,7 +636,9 @@ static void fork_quiesce_threads(void)
 	for (pos = sheaf_g.threads.next; pos != &sheaf_g.threads; pos = pos->next) {
 		struct sheaf_tcache *tc = sheaf_container_of(pos, struct sheaf_tcache, link);
 		for (uint32_t i = 0; i < tc->n; i++) {
-			struct thread_pcs *tp = (struct thread_pcs *)tc->pcs[i];
+			/* Acquire: pairs with pcs_create's release publication, so the new
+			 * pcs (zeroed by the metadata allocator) is seen initialised. */
+			struct thread_pcs *tp = (struct thread_pcs *)__atomic_load_n(&tc->pcs[i], __ATOMIC_ACQUIRE);
 			for (unsigned spin = 0; tp && atomic_load(&tp->busy); spin++)
 				spin < 64 ? cpu_relax() : (void)sched_yield();
 		}
