@@ -337,7 +337,7 @@ double bench_mix_window(struct bench_pool *p, uint64_t ops, bool wide, uint64_t 
 /* The producer/consumer hand-off (wl_xcpu.c), also run by the memory
  * workload: @n objects (a multiple of @burst <= 64) allocated on
  * bench_cpu[0], freed on bench_cpu[1].  ns per object, <0 on failure.
- * @max_ns (0: none) cuts a window short when the machine stalls it (other
+ * @max_ns (0: none; the phases use 3x the window) cuts a window short when the machine stalls it (other
  * processes, vCPU moves): the figure is then over the objects handed off so
  * far, and such a window lands in the upper tail anyway.  bench_mix_window()
  * takes the same cap. */

@@ -93,7 +93,9 @@ def plot_group(out, workload, series, rows):
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, ncol=3)
     fig.tight_layout()
-    name = f"{workload}-{series}.png".replace("/", "_")
+    name = f"{workload}-{series}.png"
+    for c in "/ ":
+        name = name.replace(c, "_")
     fig.savefig(os.path.join(out, name), dpi=110)
     plt.close(fig)
     return name

@@ -211,7 +211,7 @@ static void mix_run(struct bench_ctx *ctx)
 	static const char *const names[] = { "small", "wide" };
 
 	for (int w = 0; w < 2; w++) {
-		struct mix_state s = { w == 1, 42, (uint64_t)(ctx->window_ms * 1e7) };
+		struct mix_state s = { w == 1, 42, (uint64_t)(ctx->window_ms * 3e6) };
 		struct bench_phase ph = {
 			.workload = "mix", .variant = names[w], .topo = "real", .unit = "ns/pair",
 			.head = BH_MEDIAN, .apis = BENCH_API_MALLOC, .size = 0, .max_live = 0,
