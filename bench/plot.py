@@ -5,7 +5,7 @@
     python3 bench/plot.py bench/results/<date>
 
 Reads results.csv and writes one PNG per workload and series:
-grouped bars of each contender's headline figure (median or p10, as the
+grouped bars of each contender's headline figure (median or min, as the
 CSV says) with the p25..p75 spread as error bars where there is one.
 Uses matplotlib only (Debian python3-matplotlib).
 """
@@ -66,9 +66,9 @@ def plot_group(out, workload, series, rows):
                 continue
             h = num(r["headline"])
             # The spread drawn matches the headline: p25..p75 around a
-            # median, min..p25 under a p10 (the upper tail of cross-CPU
+            # median, min..p25 under a min or p10 (the upper tail of cross-CPU
             # windows is the host's, see the report).
-            if r["headline_stat"] == "p10":
+            if r["headline_stat"] in ("p10", "min"):
                 a, b = num(r["min"]), num(r["p25"])
             else:
                 a, b = num(r["p25"]), num(r["p75"])
@@ -83,7 +83,8 @@ def plot_group(out, workload, series, rows):
     ax.set_xticklabels(variants, rotation=20, ha="right")
     unit = rows[0]["unit"]
     stat = rows[0]["headline_stat"]
-    bars = {"p10": ", bars min..p25", "median": ", bars p25..p75"}.get(stat, "")
+    bars = {"p10": ", bars min..p25", "min": ", bars min..p25",
+            "median": ", bars p25..p75"}.get(stat, "")
     ax.set_ylabel(f"{unit} ({stat}){bars}")
     heights = [num(r["headline"]) for r in rows if num(r["headline"]) > 0]
     if heights and max(heights) / min(heights) > 30:

@@ -85,6 +85,8 @@ double bench_headline(const struct bench_result *r)
 	switch (r->head) {
 	case BH_P10:
 		return r->st.p10;
+	case BH_MIN:
+		return r->st.min;
 	case BH_MEDIAN:
 	case BH_VALUE:
 	default:
@@ -97,6 +99,8 @@ const char *bench_head_name(enum bench_head h)
 	switch (h) {
 	case BH_P10:
 		return "p10";
+	case BH_MIN:
+		return "min";
 	case BH_VALUE:
 		return "value";
 	case BH_MEDIAN:
@@ -365,7 +369,7 @@ void bench_phase_run(struct bench_ctx *ctx, const struct bench_phase *ph)
 	double *v[PHASE_MAX];
 	bool *dist[PHASE_MAX];
 	bool ok[PHASE_MAX];
-	double window_ns = ctx->window_ms * 1e6;
+	double window_ns = (ph->window_ms > 0 ? ph->window_ms : ctx->window_ms) * 1e6;
 	uint64_t g = ph->granule ? ph->granule : 1;
 	int np = 0;
 	char why[256];
