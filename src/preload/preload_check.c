@@ -230,7 +230,7 @@ static void check_fork_busy(void)
 	for (int i = 0; i < 8; i++)
 		CHECK(pthread_create(&t[i], NULL, busy, (void *)(uintptr_t)(i + 1)) == 0);
 	usleep(20000);
-	int ok = 0, rounds = 20;
+	int ok = 0, rounds = 12;
 	for (int r = 0; r < rounds; r++) {
 		pid_t pid = fork();
 		if (pid == 0) {
