@@ -15,6 +15,8 @@
  *    a pointer inside the program break that looks like an in-use chunk of
  *    glibc's main arena is glibc's and goes back through __libc_free; any
  *    other unknown pointer is reported (sheaf_preload_foreign_size below).
+ *  - The core cannot start (no address space for its heap): glibc serves the
+ *    small requests instead of every one failing (sheaf_preload_fallback_alloc).
  *  - Initial-exec TLS: all TLS of the library is initial-exec and
  *    zero-initialised (a preloaded library gets static TLS; dlopen of this
  *    library after start-up is not supported, as for every replacement).
@@ -30,7 +32,8 @@
  * C++ runtime, both looked up only when memory has run out.
  *
  * Proof of service: every call is counted in thread-local counters folded
- * into global ones every 256 calls and at thread exit;
+ * into global ones every 256 calls and at thread exit (a fork child starts
+ * from zero);
  * SHEAF_MALLOC_STATS=1 prints "sheaf-malloc: N mallocs, M frees" on stderr at
  * exit, SHEAF_MALLOC_STATS=/path appends the line (with pid and program
  * name) to that file, which also works for programs that close stderr or
