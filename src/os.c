@@ -53,7 +53,7 @@ int sheaf_os_getcpu(void)
 	return cpu < 0 ? 0 : cpu;
 }
 
-static void os_vprint(const char *fmt, va_list ap)
+static __attribute__((format(printf, 1, 0))) void os_vprint(const char *fmt, va_list ap)
 {
 	char buf[512];
 	int n = vsnprintf(buf, sizeof(buf) - 1, fmt, ap);

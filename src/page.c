@@ -57,10 +57,10 @@ static void *reserve_aligned(size_t size, size_t align, int prot)
 int sheaf_page_init(void)
 {
 	struct sheaf_heap *h = &sheaf_heap;
-	size_t gb = (size_t)sheaf_option_long(SHEAF_OPT_HEAP_GB);
-	/* Fewer blocks per try if the address space is tight (Valgrind, ulimit -v). */
-	for (; gb >= 1; gb /= 2) {
-		size_t size = gb << 30;
+	long gb = sheaf_option_long(SHEAF_OPT_HEAP_GB);
+	/* Halve the reservation while the address space is tight (Valgrind, ulimit -v),
+	 * down to 64 MiB. */
+	for (size_t size = gb > 0 ? (size_t)gb << 30 : 0; size >= (64ul << 20); size /= 2) {
 		size_t npages = size >> SHEAF_PAGE_SHIFT;
 		char *base = reserve_aligned(size, SHEAF_BLOCK_SIZE, PROT_NONE);
 		if (!base)

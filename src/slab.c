@@ -31,12 +31,6 @@ static inline void *obj_at(const struct sheaf_cache *c, const struct sheaf_slab 
 {
 	return slot_at(c, s, i) + c->obj_offset;
 }
-/* Index of the slot holding user pointer @obj (must be a valid object start). */
-static inline uint32_t obj_index(const struct sheaf_cache *c, const struct sheaf_slab *s, const void *obj)
-{
-	size_t off = (size_t)((const char *)obj - s->sl_base) - c->obj_offset;
-	return (uint32_t)(((uint64_t)off * c->slot_recip) >> 32);
-}
 static inline uint32_t fp_key(const struct sheaf_cache *c, const char *slot)
 {
 	return (uint32_t)(c->random ^ ((uintptr_t)slot >> 3)) & 0xffffu;
