@@ -32,16 +32,6 @@ int main(void)
 	printf("1..0 # SKIP dlclose under TSan (its atexit interceptor outlives the library)\n");
 	return 0;
 #endif
-#if SHEAF_HAVE_RSEQ
-	/* With restartable sequences compiled in, this test crashes after dlclose() with a
-	 * SIGSEGV (si_addr 0) in a syscall: the kernel's rseq handling of a thread whose
-	 * rseq_cs still points into the unloaded libsheaf.so (src/rseq.h describes it; the
-	 * per-CPU code's unload problem, not an RCU one).  SHEAF_TEST_DLCLOSE=1 runs it. */
-	if (!getenv("SHEAF_TEST_DLCLOSE")) {
-		printf("1..0 # SKIP dlclose with rseq sequences compiled in (SHEAF_TEST_DLCLOSE=1 runs it)\n");
-		return 0;
-	}
-#endif
 	urcu_memb_register_thread(); /* this program uses liburcu itself: it stays loaded */
 	const char *bindir = getenv("SHEAF_TEST_BINDIR");
 	char path[4096];
