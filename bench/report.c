@@ -143,8 +143,10 @@ void bench_write_machine(const struct bench_ctx *ctx, const char *path)
 	fprintf(f, "cpu ticks during the run: machine busy %llu of %llu (steal %llu), "
 		   "this run's own %llu\n", ctx->cpu_busy, ctx->cpu_total, ctx->cpu_steal,
 		ctx->cpu_self);
-	fprintf(f, "run: %s, window %.0f ms, %d windows per contender (same CPU), %d (cross-CPU)\n",
-		ctx->quick ? "--quick" : "full", ctx->window_ms, ctx->reps, ctx->reps_xcpu);
+	fprintf(f, "run: %s, windows %s; %d windows per contender across CPUs, %d on the fast "
+		   "path, %d for the others\n", ctx->quick ? "--quick" : "full",
+		ctx->quick ? "4 ms" : "5 ms (fast path), 10 ms (cross-CPU), 20 ms (others)",
+		ctx->reps_xcpu, ctx->quick ? ctx->reps : 31, ctx->reps);
 	fprintf(f, "packages (dpkg-query):\n");
 	p = popen("dpkg-query -W -f='${Package} ${Version}\\n' libc6 libjemalloc2 "
 		  "libmimalloc2.0 libtcmalloc-minimal4 dpdk-dev librte-mempool23 liburcu8 "
@@ -424,12 +426,15 @@ void bench_write_report(const struct bench_ctx *ctx, const char *path, double el
 	fprintf(f, "- Kernel %s, glibc %s, THP `%s`\n", m.kernel, gnu_get_libc_version(), m.thp);
 	fprintf(f, "- Sheaf %s (git %s), build %s, per-CPU mode `%s`\n", SHEAF_BENCH_VERSION,
 		m.git, SHEAF_BENCH_BUILD, bench_sheaf_mode());
-	fprintf(f, "- Run: %s, %.0f s; windows of %.0f ms, %d per contender on one CPU, %d "
-		   "across CPUs. Versions of the peers: [machine.txt](machine.txt). Raw figures: "
+	fprintf(f, "- Run: %s, %.0f s; windows: %s, %d per contender across CPUs, %d for the "
+		   "others. Versions of the peers: [machine.txt](machine.txt). Raw figures: "
 		   "[results.csv](results.csv). Sheaf's own counters per phase: "
 		   "[sheaf-stats.txt](sheaf-stats.txt).\n",
 		ctx->quick ? "`--quick` (smoke run: few windows, figures are rough)" : "full suite",
-		elapsed_s, ctx->window_ms, ctx->reps, ctx->reps_xcpu);
+		elapsed_s,
+		ctx->quick ? "4 ms" : "5 ms for the fast path (31 per contender), 10 ms across "
+				      "CPUs, 20 ms for the others",
+		ctx->reps_xcpu, ctx->reps);
 
 	fprintf(f, "- Other processes' CPU use during the run: %.0f%% of the machine (steal "
 		   "%.0f%%); load average at start `%s`. Anything above a few per cent means "
