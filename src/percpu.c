@@ -353,10 +353,21 @@ static bool percpu_cache(const struct sheaf_cache *c)
 
 /* ---- Lock and unlock, both modes ------------------------------------------------------ */
 
+/* Per-thread mode: tcaches of threads that did not survive a fork.  The child handler
+ * only moves them here (list operations); they are drained at the child's next slow
+ * path, after every atfork handler has run -- draining inside the handler could call a
+ * free hook whose locks a later child handler has yet to release.
+ * Protected by sheaf_g.threads_lock. */
+static struct sheaf_list fork_orphans = { &fork_orphans, &fork_orphans };
+static atomic_int fork_orphans_pending;
+static void drain_fork_orphans(void);
+
 struct sheaf_pcs *sheaf_pcs_lock(struct sheaf_cache *c)
 {
 	if (sheaf_g.mode == SHEAF_MODE_PERCPU)
 		return cpu_lock_local(c);
+	if (sheaf_unlikely(atomic_load_explicit(&fork_orphans_pending, memory_order_relaxed)))
+		drain_fork_orphans();
 	struct sheaf_pcs *pcs = thread_pcs(c);
 	if (!pcs || !thread_pcs_enter(pcs))
 		return NULL;
@@ -671,29 +682,42 @@ void sheaf_percpu_fork_parent(void)
 	fork_release(false);
 }
 
-void sheaf_percpu_fork_child(void)
+
+static sheaf_noinline void drain_fork_orphans(void)
 {
-	fork_release(true);
-	/* Per-thread mode: threads other than this one are gone: their cached objects
-	 * return to the barns now instead of being stranded. */
-	struct sheaf_tcache *mine = tls_tc;
 	for (;;) {
 		struct sheaf_tcache *victim = NULL;
 		pthread_mutex_lock(&sheaf_g.threads_lock);
-		struct sheaf_list *pos;
-		for (pos = sheaf_g.threads.next; pos != &sheaf_g.threads; pos = pos->next) {
-			struct sheaf_tcache *tc =
-				sheaf_container_of(pos, struct sheaf_tcache, link);
-			if (tc != mine) {
-				victim = tc;
-				break;
-			}
-		}
+		if (!sheaf_list_empty(&fork_orphans))
+			victim = sheaf_list_first(&fork_orphans, struct sheaf_tcache, link);
+		else
+			atomic_store(&fork_orphans_pending, 0);
 		pthread_mutex_unlock(&sheaf_g.threads_lock);
 		if (!victim)
 			break;
-		tcache_destroy(victim, false);
+		tcache_destroy(victim, false); /* unlinks it from fork_orphans */
 	}
+}
+
+void sheaf_percpu_fork_child(void)
+{
+	fork_release(true);
+	/* Threads other than this one are gone: their cached objects return to the barns
+	 * (lazily, see fork_orphans) instead of being stranded. */
+	struct sheaf_tcache *mine = tls_tc;
+	pthread_mutex_lock(&sheaf_g.threads_lock);
+	struct sheaf_list *pos, *tmp;
+	sheaf_list_for_each_safe(pos, tmp, &sheaf_g.threads)
+	{
+		struct sheaf_tcache *tc = sheaf_container_of(pos, struct sheaf_tcache, link);
+		if (tc == mine)
+			continue;
+		sheaf_list_del(&tc->link);
+		sheaf_list_add(&tc->link, &fork_orphans);
+	}
+	if (!sheaf_list_empty(&fork_orphans))
+		atomic_store(&fork_orphans_pending, 1);
+	pthread_mutex_unlock(&sheaf_g.threads_lock);
 }
 
 /* ---- Gauges ----------------------------------------------------------------------- */
