@@ -13,6 +13,10 @@
 
 #include "types.h"
 
+/* Internal cache flag (above the public ones): a size-class cache of the malloc front
+ * end, so that free() recognises one with a single test. */
+#define SHEAF_CACHE_MALLOC_CLASS 0x80000000u
+
 /* ---- "os.c": system calls, errors, time -------------------------------------------- */
 void *sheaf_os_map(size_t size);            /* zeroed RW pages, NULL on failure */
 void sheaf_os_unmap(void *p, size_t size);

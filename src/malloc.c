@@ -197,7 +197,8 @@ static struct sheaf_cache *__attribute__((noinline)) class_create(unsigned int i
 	if (!c) {
 		char name[32];
 		struct sheaf_cache_args args = {
-			.align = sheaf_sc_align(i), .sheaf_capacity = 0, .flags = 0, .ctor = NULL,
+			.align = sheaf_sc_align(i), .sheaf_capacity = 0,
+			.flags = SHEAF_CACHE_MALLOC_CLASS, .ctor = NULL,
 		};
 		class_name(name, i);
 		tls_creating++;

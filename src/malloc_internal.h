@@ -47,8 +47,7 @@ static inline int *sheaf_malloc_errno_ptr(void)
  * pointer in O(1), 0 for pointers outside Sheaf's slabs (DESIGN §1). */
 static inline struct sheaf_cache *sheaf_malloc_cache_of(const void *p)
 {
-	if (sheaf_unlikely(atomic_load_explicit(&sheaf_g.init_state, memory_order_acquire) != 2))
-		return NULL;
+	/* Before initialisation the heap range is empty (size 0): every key is 0. */
 	uintptr_t k = sheaf_page_key(p);
 	return k ? ((struct sheaf_node *)k)->cache : NULL;
 }
@@ -87,7 +86,9 @@ static inline void sheaf_free_inline(void *p)
 	int *ep = sheaf_malloc_errno_ptr();
 	int e = *ep;
 	struct sheaf_cache *c = sheaf_malloc_cache_of(p);
-	if (sheaf_likely(c != NULL) && sheaf_likely(sheaf_malloc_class_of(c) >= 0))
+	/* One flag test instead of the class lookup: malloc's caches carry
+	 * SHEAF_CACHE_MALLOC_CLASS (internal.h). */
+	if (sheaf_likely(c != NULL) && sheaf_likely(c->flags & SHEAF_CACHE_MALLOC_CLASS))
 		sheaf_cache_free(c, p);
 	else
 		sheaf_malloc_free_slow(p, c, "free");
