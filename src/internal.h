@@ -78,6 +78,9 @@ struct sheaf_heap {
 	size_t next_block;          /* bump index of never-used blocks */
 	uint32_t *free_blocks;      /* purged whole blocks, reusable by any node */
 	size_t nr_free_blocks, cap_free_blocks;
+	struct sheaf_list dirty_blocks[SHEAF_MAX_NODES]; /* free whole blocks not yet purged */
+	size_t dirty_bytes;         /* free but still resident (approximate) */
+	uint64_t dirty_since_ns;    /* when dirty_bytes last left 0 */
 	size_t mapped_bytes;        /* pages handed to slabs (read racily) */
 	size_t returned_bytes;      /* purged over the process life (read racily) */
 	unsigned purge_order;

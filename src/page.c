@@ -11,10 +11,14 @@
  *
  * The range is reserved PROT_NONE (no commit charge) and committed in 2 MiB blocks.
  * Inside a block pages are handed out by a binary buddy allocator (orders 0..8), so a
- * slab of 2^k pages is 2^k-page aligned.  Free runs are given back with MADV_DONTNEED
- * once they coalesce to SHEAF_PURGE_ORDER (default 64 KiB), and a block that becomes
- * entirely free is purged together with its slice of the page map and of the
- * descriptor array, so RSS returns to its starting point (issue: 1 GiB burst test).
+ * slab of 2^k pages is 2^k-page aligned.  Freed pages are given back with MADV_DONTNEED
+ * with a delay and a floor (peers.md §2.10 point 4: prompt purging of memory that is
+ * reused at once costs the peers up to 6x): free runs stay resident while the dirty
+ * total is under max(4 MiB, mapped / 8) and younger than a second; past that, the
+ * largest dirty runs of SHEAF_PURGE_ORDER (64 KiB) or more are purged, whole free
+ * blocks first, together with their slices of the page map and descriptor array.
+ * Shrink purges everything at once, so RSS returns to its starting point (issue: 1 GiB
+ * burst test).
  *
  * Locking: sheaf_heap.lock protects the free lists, the block stack and the pg_* fields
  * of FREE descriptors.  It nests inside node->list_lock (design §4).
@@ -85,9 +89,11 @@ int sheaf_page_init(void)
 	}
 	if (!h->base)
 		return -ENOMEM;
-	for (int n = 0; n < SHEAF_MAX_NODES; n++)
+	for (int n = 0; n < SHEAF_MAX_NODES; n++) {
 		for (int o = 0; o < SHEAF_BLOCK_ORDER; o++)
 			sheaf_list_init(&h->free_area[n][o]);
+		sheaf_list_init(&h->dirty_blocks[n]);
+	}
 	h->purge_order = (unsigned)sheaf_option_long(SHEAF_OPT_PURGE_ORDER);
 	if (h->purge_order > SHEAF_BLOCK_ORDER)
 		h->purge_order = SHEAF_BLOCK_ORDER;
@@ -157,6 +163,68 @@ static long block_take_locked(int nid)
 	return blk;
 }
 
+static inline void dirty_add_locked(size_t bytes)
+{
+	struct sheaf_heap *h = &sheaf_heap;
+	if (!h->dirty_bytes)
+		h->dirty_since_ns = sheaf_os_now_ns();
+	h->dirty_bytes += bytes;
+}
+
+static inline void dirty_sub_locked(size_t bytes)
+{
+	struct sheaf_heap *h = &sheaf_heap;
+	h->dirty_bytes = h->dirty_bytes > bytes ? h->dirty_bytes - bytes : 0;
+}
+
+/* Purge dirty free memory until at most @keep bytes stay resident: whole blocks first,
+ * then the largest runs of purge_order or more.  Locked. */
+static void purge_locked(size_t keep)
+{
+	struct sheaf_heap *h = &sheaf_heap;
+	for (int n = 0; n < SHEAF_MAX_NODES && h->dirty_bytes > keep; n++) {
+		while (!sheaf_list_empty(&h->dirty_blocks[n]) && h->dirty_bytes > keep) {
+			struct sheaf_slab *d = sheaf_list_first(&h->dirty_blocks[n], struct sheaf_slab, sl_list);
+			sheaf_list_del(&d->sl_list);
+			sheaf_wr(d->pg_kind, SHEAF_PG_UNUSED);
+			size_t pg = (size_t)(d - h->desc);
+			h->returned_bytes += SHEAF_BLOCK_SIZE;
+			dirty_sub_locked(SHEAF_BLOCK_SIZE);
+			block_release_locked(pg >> SHEAF_BLOCK_ORDER);
+		}
+	}
+	for (int o = SHEAF_BLOCK_ORDER - 1; o >= (int)h->purge_order && h->dirty_bytes > keep; o--) {
+		for (int n = 0; n < SHEAF_MAX_NODES && h->dirty_bytes > keep; n++) {
+			struct sheaf_list *pos;
+			for (pos = h->free_area[n][o].next; pos != &h->free_area[n][o] && h->dirty_bytes > keep;
+			     pos = pos->next) {
+				struct sheaf_slab *d = sheaf_container_of(pos, struct sheaf_slab, sl_list);
+				if (!d->pg_dirty)
+					continue;
+				sheaf_os_purge(page_addr((size_t)(d - h->desc)), SHEAF_PAGE_SIZE << o);
+				h->returned_bytes += SHEAF_PAGE_SIZE << o;
+				dirty_sub_locked(SHEAF_PAGE_SIZE << o);
+				d->pg_dirty = 0;
+			}
+		}
+	}
+	if (keep == 0)
+		h->dirty_bytes = 0; /* merges blur the estimate: everything is purged now */
+}
+
+/* The delay and the floor (see the header comment). Locked. */
+static inline void maybe_purge_locked(void)
+{
+	struct sheaf_heap *h = &sheaf_heap;
+	if (!h->dirty_bytes)
+		return;
+	size_t limit = SHEAF_MAX((size_t)4 << 20, h->mapped_bytes / 8);
+	if (h->dirty_bytes > limit)
+		purge_locked(limit / 2);
+	else if (sheaf_os_now_ns() - h->dirty_since_ns > 1000000000ull)
+		purge_locked(0);
+}
+
 void *sheaf_page_alloc(unsigned order, int nid)
 {
 	struct sheaf_heap *h = &sheaf_heap;
@@ -181,7 +249,18 @@ void *sheaf_page_alloc(unsigned order, int nid)
 		sheaf_list_del(&d->sl_list);
 		pg = (size_t)(d - h->desc);
 		dirty = d->pg_dirty;
+		if (dirty)
+			dirty_sub_locked(SHEAF_PAGE_SIZE << o);
 		sheaf_wr(d->pg_kind, SHEAF_PG_UNUSED);
+	} else if (!sheaf_list_empty(&h->dirty_blocks[nid])) {
+		/* A free block still resident: reuse it before committing another. */
+		struct sheaf_slab *d = sheaf_list_first(&h->dirty_blocks[nid], struct sheaf_slab, sl_list);
+		sheaf_list_del(&d->sl_list);
+		sheaf_wr(d->pg_kind, SHEAF_PG_UNUSED);
+		pg = (size_t)(d - h->desc);
+		dirty = 1;
+		dirty_sub_locked(SHEAF_BLOCK_SIZE);
+		o = SHEAF_BLOCK_ORDER;
 	} else {
 		long blk = block_take_locked(nid);
 		if (blk < 0) {
@@ -198,6 +277,7 @@ void *sheaf_page_alloc(unsigned order, int nid)
 		mark_free_locked(pg + (1ul << o), o, nid, dirty);
 	}
 	h->mapped_bytes += SHEAF_PAGE_SIZE << order;
+	maybe_purge_locked();
 	pthread_mutex_unlock(&h->lock);
 	return page_addr(pg);
 }
@@ -207,6 +287,7 @@ void sheaf_page_free(void *p, unsigned order, int nid)
 	struct sheaf_heap *h = &sheaf_heap;
 	size_t pg = page_index(p);
 	int dirty = 1;
+	unsigned freed_order = order;
 	pthread_mutex_lock(&h->lock);
 	h->mapped_bytes -= SHEAF_PAGE_SIZE << order;
 	while (order < SHEAF_BLOCK_ORDER) {
@@ -222,17 +303,19 @@ void sheaf_page_free(void *p, unsigned order, int nid)
 		pg &= ~(1ul << order);
 		order++;
 	}
+	dirty_add_locked(SHEAF_PAGE_SIZE << freed_order);
 	if (order == SHEAF_BLOCK_ORDER) {
-		h->returned_bytes += dirty ? SHEAF_BLOCK_SIZE : 0;
-		block_release_locked(pg >> SHEAF_BLOCK_ORDER);
+		/* Keep the whole block resident for now (purge_locked gives it back). */
+		struct sheaf_slab *d = &h->desc[pg];
+		d->pg_order = SHEAF_BLOCK_ORDER;
+		d->pg_node = (uint8_t)nid;
+		d->pg_dirty = 1;
+		sheaf_wr(d->pg_kind, SHEAF_PG_FREE);
+		sheaf_list_add(&d->sl_list, &h->dirty_blocks[nid]);
 	} else {
-		if (dirty && order >= h->purge_order) {
-			sheaf_os_purge(page_addr(pg), SHEAF_PAGE_SIZE << order);
-			h->returned_bytes += SHEAF_PAGE_SIZE << order;
-			dirty = 0;
-		}
 		mark_free_locked(pg, order, nid, dirty);
 	}
+	maybe_purge_locked();
 	pthread_mutex_unlock(&h->lock);
 }
 
@@ -240,20 +323,22 @@ void sheaf_page_purge_all(void)
 {
 	struct sheaf_heap *h = &sheaf_heap;
 	pthread_mutex_lock(&h->lock);
+	/* Every dirty run of any order, and every whole free block with its metadata. */
+	h->dirty_bytes = SIZE_MAX;
 	for (int n = 0; n < SHEAF_MAX_NODES; n++) {
 		for (unsigned o = 0; o < SHEAF_BLOCK_ORDER; o++) {
-			struct sheaf_list *pos, *tmp;
-			sheaf_list_for_each_safe(pos, tmp, &h->free_area[n][o])
-			{
+			struct sheaf_list *pos;
+			for (pos = h->free_area[n][o].next; pos != &h->free_area[n][o]; pos = pos->next) {
 				struct sheaf_slab *d = sheaf_container_of(pos, struct sheaf_slab, sl_list);
 				if (!d->pg_dirty)
 					continue;
-				size_t pg = (size_t)(d - h->desc);
-				sheaf_os_purge(page_addr(pg), SHEAF_PAGE_SIZE << o);
+				sheaf_os_purge(page_addr((size_t)(d - h->desc)), SHEAF_PAGE_SIZE << o);
 				h->returned_bytes += SHEAF_PAGE_SIZE << o;
 				d->pg_dirty = 0;
 			}
 		}
 	}
+	purge_locked(0);
+	h->dirty_bytes = 0;
 	pthread_mutex_unlock(&h->lock);
 }
