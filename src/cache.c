@@ -779,6 +779,21 @@ SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **obj
 
 static inline struct sheaf_sheaf *to_sheaf(struct sheaf_prefilled *p) { return (struct sheaf_sheaf *)p; }
 
+/* Refill @s to its full capacity from slabs (K§5 step 2: not just to @n); if it still
+ * holds fewer than @n objects, give everything back and fail with ENOMEM. */
+static bool prefill_to_capacity(struct sheaf_cache *c, struct sheaf_sheaf *s, unsigned int n)
+{
+	if (s->size >= n)
+		return true;
+	sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
+	if (s->size >= n)
+		return true;
+	sheaf_sheaf_flush(c, s, NULL);
+	sheaf_sheaf_free(c, s);
+	errno = ENOMEM;
+	return false;
+}
+
 static struct sheaf_prefilled *prefill_oversize(struct sheaf_cache *c, unsigned int n)
 {
 	struct sheaf_sheaf *s = sheaf_sheaf_new(c, n);
@@ -786,13 +801,8 @@ static struct sheaf_prefilled *prefill_oversize(struct sheaf_cache *c, unsigned 
 		return NULL;
 	s->flags = SHEAF_SH_OVERSIZE | SHEAF_SH_PREFILLED;
 	/* K§5: an oversize sheaf is filled straight from slabs. */
-	sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
-	if (s->size < n) {
-		sheaf_sheaf_flush(c, s, NULL);
-		sheaf_sheaf_free(c, s);
-		errno = ENOMEM;
+	if (!prefill_to_capacity(c, s, n))
 		return NULL;
-	}
 	sheaf_stat_atomic(c, SHEAF_STAT_SHEAF_PREFILL_OVERSIZE, 1);
 	return (struct sheaf_prefilled *)s;
 }
@@ -832,18 +842,8 @@ SHEAF_API struct sheaf_prefilled *sheaf_cache_prefill(struct sheaf_cache *c, uns
 	}
 	if (!s)
 		s = sheaf_sheaf_new(c, cap);
-	if (!s)
+	if (!s || !prefill_to_capacity(c, s, n))
 		return NULL;
-	if (s->size < n) {
-		/* Refill to full capacity, not just n (K§5 step 2). */
-		sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
-		if (s->size < n) {
-			sheaf_sheaf_flush(c, s, NULL);
-			sheaf_sheaf_free(c, s);
-			errno = ENOMEM;
-			return NULL;
-		}
-	}
 	s->flags |= SHEAF_SH_PREFILLED;
 	return (struct sheaf_prefilled *)s;
 }
