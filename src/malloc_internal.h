@@ -15,8 +15,10 @@
 #include <stdint.h>
 
 #include "internal.h"
+#include "rseq.h"
 #include "sheaf_malloc.h"
 #include "sizeclass.h"
+#include "track.h"
 
 /* ---- malloc.c: the fast paths, inline (STYLE R8) -------------------------------- */
 
@@ -71,8 +73,18 @@ static inline void *sheaf_malloc_inline(size_t n)
 	if (sheaf_likely(n <= SHEAF_SC_MAX)) {
 		struct sheaf_cache *c = atomic_load_explicit(&sheaf_malloc_classes[sheaf_sc_index(n)],
 							     memory_order_acquire);
-		if (sheaf_likely(c != NULL))
+		if (sheaf_likely(c != NULL)) {
+#if SHEAF_HAVE_RSEQ
+			if (!SHEAF_TRACK_ENABLED) {
+				/* The class cache's per-CPU pop inlined here (rseq.h): no call. */
+				void *o;
+				SHEAF_RSEQ_POP(c, o, slow_alloc);
+				return o;
+			}
+slow_alloc:
+#endif
 			return sheaf_cache_alloc(c);
+		}
 	}
 	return sheaf_malloc_slow(n);
 }
@@ -83,6 +95,18 @@ static inline void sheaf_free_inline(void *p)
 {
 	if (sheaf_unlikely(p == NULL))
 		return;
+#if SHEAF_HAVE_RSEQ
+	if (!SHEAF_TRACK_ENABLED) {
+		/* Per-CPU push inlined (rseq.h); it never touches errno.  A per-thread mode,
+		 * a free-check hook, a full or locked main: the path below. */
+		struct sheaf_cache *fc = sheaf_malloc_cache_of(p);
+		if (sheaf_likely(fc != NULL) && sheaf_likely(fc->flags & SHEAF_CACHE_MALLOC_CLASS)) {
+			SHEAF_RSEQ_PUSH(fc, p, slow_free);
+			return;
+		}
+	}
+slow_free:;
+#endif
 	int *ep = sheaf_malloc_errno_ptr();
 	int e = *ep;
 	struct sheaf_cache *c = sheaf_malloc_cache_of(p);
