@@ -35,8 +35,9 @@ void sheaf_barn_init(struct sheaf_barn *b, bool enabled, bool compat)
 		b->max_full = SHEAF_MAX_FULL_SHEAVES;
 		b->max_empty = SHEAF_MAX_EMPTY_SHEAVES;
 	} else {
-		b->max_full = (unsigned)sheaf_option_long(SHEAF_OPT_BARN_MAX_FULL);
-		b->max_empty = (unsigned)sheaf_option_long(SHEAF_OPT_BARN_MAX_EMPTY);
+		/* Set by sheaf_barn_set_limits() once the cache's geometry is known. */
+		b->max_full = SHEAF_MAX_FULL_SHEAVES;
+		b->max_empty = SHEAF_MAX_EMPTY_SHEAVES;
 	}
 	b->ewma_low = 0;
 	b->interval_low = ~0u;
@@ -281,4 +282,23 @@ unsigned sheaf_barn_swap_empties(struct sheaf_barn *b, struct sheaf_sheaf **empt
 	}
 	pthread_mutex_unlock(&b->lock);
 	return got;
+}
+
+void sheaf_barn_set_limits(struct sheaf_barn *b, size_t sheaf_bytes)
+{
+	/* D6: the soft limit is a ceiling for the EWMA working set, not the working set
+	 * itself, so it may be generous: by default as many full sheaves as hold
+	 * SHEAF_BARN_BYTES of objects, between Linux 7.0's 10 and 256.  A producer/consumer
+	 * pair or a batch of thousands then cycles through the barn instead of the slabs;
+	 * the trimmer gives back what a quieter phase does not use. */
+	long full = sheaf_option_long(SHEAF_OPT_BARN_MAX_FULL);
+	long empty = sheaf_option_long(SHEAF_OPT_BARN_MAX_EMPTY);
+	if (full <= 0) {
+		size_t fit = sheaf_bytes ? (size_t)sheaf_option_long(SHEAF_OPT_BARN_BYTES) / sheaf_bytes : 0;
+		full = (long)SHEAF_MIN(SHEAF_MAX(fit, (size_t)SHEAF_MAX_FULL_SHEAVES), (size_t)256);
+	}
+	if (empty <= 0)
+		empty = full;
+	b->max_full = (unsigned)full;
+	b->max_empty = (unsigned)empty;
 }

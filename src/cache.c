@@ -290,6 +290,8 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 		sheaf_list_init(&n->partial);
 		/* D3: a barn for every node; Linux 7.0 only for nodes with memory. */
 		sheaf_barn_init(&n->barn, cap > 0 && (n->has_memory || !c->kernel_compat), c->kernel_compat);
+		if (!c->kernel_compat)
+			sheaf_barn_set_limits(&n->barn, (size_t)cap * c->slot_size);
 		c->node[i] = n;
 	}
 	pthread_mutex_init(&c->pcs_lock, NULL);

@@ -44,6 +44,7 @@ enum sheaf_option_id {
 	SHEAF_OPT_PURGE_ORDER,
 	SHEAF_OPT_BARN_MAX_FULL,
 	SHEAF_OPT_BARN_MAX_EMPTY,
+	SHEAF_OPT_BARN_BYTES,
 	SHEAF_OPT_BARN_EWMA,
 	SHEAF_OPT_KERNEL_COMPAT,
 	SHEAF_OPT_SLAB_DEBUG,
@@ -143,6 +144,8 @@ uint64_t sheaf_slab_node_release(struct sheaf_node *n);
 
 /* ---- "barn.c" (K§1.3, DESIGN D6) --------------------------------------------------- */
 void sheaf_barn_init(struct sheaf_barn *b, bool enabled, bool compat);
+/* Soft limits for a barn whose full sheaves hold @sheaf_bytes of objects each (D6). */
+void sheaf_barn_set_limits(struct sheaf_barn *b, size_t sheaf_bytes);
 struct sheaf_sheaf *sheaf_barn_get_empty(struct sheaf_barn *b);
 struct sheaf_sheaf *sheaf_barn_get_full(struct sheaf_barn *b, uint32_t min_size);
 void sheaf_barn_put_empty(struct sheaf_barn *b, struct sheaf_sheaf *s);

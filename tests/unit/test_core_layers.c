@@ -116,6 +116,8 @@ static void test_barn_layer(void)
 	struct sheaf_cache *c = mk("barn", 64, 8, 0);
 	struct sheaf_barn *b = &c->node[0]->barn;
 	CHECK(b->enabled);
+	CHECK(b->max_full >= SHEAF_MAX_FULL_SHEAVES && b->max_full <= 256); /* D6 ceiling */
+	b->max_full = SHEAF_MAX_FULL_SHEAVES; /* this test exercises the limit itself */
 	CHECK(sheaf_barn_is_valid(b, c));
 	struct sheaf_sheaf *full[12];
 	for (int i = 0; i < 12; i++) {
