@@ -287,6 +287,8 @@ void bench_note(struct bench_ctx *ctx, const char *wl, const char *fmt, ...) BEN
 void bench_profile(struct bench_ctx *ctx, const char *wl, const char *variant, const char *topo,
 		   const char *contender, const char *cells);
 /* True when @name is selected by --allocs (or no --allocs was given). */
+/* Is @name in the comma-separated @list?  An empty or absent list selects everything. */
+bool bench_name_in_csv(const char *list, const char *name);
 bool bench_alloc_selected(const struct bench_ctx *ctx, const char *name);
 
 /* Progress on stderr. */

@@ -124,21 +124,9 @@ static void default_out(struct bench_ctx *ctx)
 
 static bool selected(const char *list, const char *name)
 {
-	size_t len = strlen(name);
-
-	if (!list)
-		return true;
-	for (const char *s = list; *s;) {
-		const char *e = strchr(s, ',');
-		size_t l = e ? (size_t)(e - s) : strlen(s);
-
-		if (l == len && !strncmp(s, name, len))
-			return true;
-		if (!e)
-			break;
-		s = e + 1;
-	}
-	return false;
+	if (list && !*list)
+		return false; /* an explicitly empty --only selects nothing */
+	return bench_name_in_csv(list, name);
 }
 
 static const char *plot_script(void)

@@ -265,24 +265,27 @@ void bench_profile(struct bench_ctx *ctx, const char *wl, const char *variant, c
 					 wl, variant, topo, contender, cells);
 }
 
-bool bench_alloc_selected(const struct bench_ctx *ctx, const char *name)
+bool bench_name_in_csv(const char *list, const char *name)
 {
-	const char *s = ctx->allocs;
+	if (!list || !*list)
+		return true; /* no list: everything is selected */
 	size_t len = strlen(name);
+	for (const char *p = list; *p;) {
+		const char *e = strchr(p, ',');
+		size_t l = e ? (size_t)(e - p) : strlen(p);
 
-	if (!s || !*s)
-		return true;
-	while (*s) {
-		const char *e = strchr(s, ',');
-		size_t l = e ? (size_t)(e - s) : strlen(s);
-
-		if (l == len && !strncmp(s, name, len))
+		if (l == len && !strncmp(p, name, len))
 			return true;
 		if (!e)
 			break;
-		s = e + 1;
+		p = e + 1;
 	}
 	return false;
+}
+
+bool bench_alloc_selected(const struct bench_ctx *ctx, const char *name)
+{
+	return bench_name_in_csv(ctx->allocs, name);
 }
 
 /* ---- progress ------------------------------------------------------------------ */
