@@ -18,6 +18,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* Which sanitizer the test is built with (gcc defines __SANITIZE_*, clang __has_feature). */
+#if defined(__SANITIZE_THREAD__)
+#define SANITIZE_THREAD 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SANITIZE_THREAD 1
+#endif
+#endif
+#ifndef SANITIZE_THREAD
+#define SANITIZE_THREAD 0
+#endif
+
 static int th_fails, th_checks, th_tests;
 
 #define CHECK(cond)                                                                        \

@@ -14,16 +14,6 @@
 #include "malloc_internal.h"
 #include "sizeclass.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define SANITIZE_THREAD 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define SANITIZE_THREAD 1
-#endif
-#endif
-#ifndef SANITIZE_THREAD
-#define SANITIZE_THREAD 0
-#endif
 
 static atomic_int stop;
 
