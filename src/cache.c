@@ -149,7 +149,14 @@ uint32_t sheaf_cache_default_capacity(const struct sheaf_cache *c)
 	/* D1: also count the old per-CPU slab, so that 2 x capacity >= cpu slab +
 	 * cpu_partial of v6.19 (seed 001, Points 1 and 2). */
 	uint32_t d1 = (c->objs_per_slab + cpu_partial + 1) / 2;
-	return round_capacity(SHEAF_MAX(tier, d1));
+	/* And a byte floor: a sheaf holds at least SHEAF_SHEAF_MIN_BYTES of objects, up to
+	 * what a 1 KiB sheaf holds.  A userspace cache is rarely one of thousands, and a
+	 * mid-size object (256 B: 28 by the tiers, 34 by the slab) would otherwise cost a
+	 * barn exchange every few dozen operations; a batch of 100 then stays within a
+	 * CPU's two sheaves (docs/benchmarks.md, batch100/256). */
+	uint32_t floor_n = (uint32_t)SHEAF_MIN(SHEAF_SHEAF_MIN_BYTES / c->slot_size,
+					       (size_t)SHEAF_SHEAF_FLOOR_MAX);
+	return round_capacity(SHEAF_MAX(SHEAF_MAX(tier, d1), floor_n));
 }
 
 static int compute_layout(struct sheaf_cache *c, size_t size, const struct sheaf_cache_args *a)
@@ -283,6 +290,7 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 	for (int i = 0; i < sheaf_g.nnodes; i++) {
 		struct sheaf_node *n = &nodes[i];
 		n->cache = c;
+		n->malloc_cache = (c->flags & SHEAF_CACHE_MALLOC_CLASS) ? c : NULL;
 		n->nid = i;
 		n->mem_nid = sheaf_g.node_mem_nid[i];
 		n->has_memory = sheaf_g.node_has_mem[i];

@@ -166,6 +166,7 @@ report(const char *fn, const char *what, const void *ptr, const char *cache, siz
 /* ---- Class caches -------------------------------------------------------------- */
 
 struct sheaf_cache *_Atomic sheaf_malloc_classes[SHEAF_SC_COUNT];
+struct sheaf_cache *_Atomic sheaf_malloc_small[SHEAF_SC_TABLE_MAX / 8 + 1];
 static pthread_mutex_t sc_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int fork_handlers_registered;
 /* The core could not start (no address space for its heap): set once, so the
@@ -216,6 +217,10 @@ static struct sheaf_cache *__attribute__((noinline)) class_create(unsigned int i
 				c = NULL;
 			} else {
 				atomic_store_explicit(&sheaf_malloc_classes[i], c, memory_order_release);
+				for (unsigned int j = 0; j <= SHEAF_SC_TABLE_MAX / 8; j++)
+					if (sheaf_sc_small[j] == i)
+						atomic_store_explicit(&sheaf_malloc_small[j], c,
+								      memory_order_release);
 			}
 		}
 	}
@@ -737,6 +742,22 @@ void *sheaf_malloc_slow(size_t n)
 void *sheaf_malloc(size_t n)
 {
 	return sheaf_malloc_inline(n);
+}
+
+void sheaf_free_slowpath(void *p)
+{
+	if (sheaf_unlikely(p == NULL))
+		return;
+	int *ep = sheaf_malloc_errno_ptr();
+	int e = *ep;
+	struct sheaf_cache *c = sheaf_malloc_cache_of(p);
+	/* One flag test instead of the class lookup: malloc's caches carry
+	 * SHEAF_CACHE_MALLOC_CLASS (internal.h). */
+	if (sheaf_likely(c != NULL) && sheaf_likely(c->flags & SHEAF_CACHE_MALLOC_CLASS))
+		sheaf_cache_free(c, p);
+	else
+		sheaf_malloc_free_slow(p, c, "free");
+	*ep = e;
 }
 
 void sheaf_free(void *p)

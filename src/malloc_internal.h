@@ -24,6 +24,10 @@
 
 /* One cache per class, created on first use; written once (release). */
 extern struct sheaf_cache *_Atomic sheaf_malloc_classes[SHEAF_SC_COUNT];
+/* The same caches indexed by (n + 7) >> 3 for n <= SHEAF_SC_TABLE_MAX: the
+ * common malloc does one load to find its cache instead of two (byte table,
+ * then class table).  Written with sheaf_malloc_classes, under sc_lock. */
+extern struct sheaf_cache *_Atomic sheaf_malloc_small[SHEAF_SC_TABLE_MAX / 8 + 1];
 /* errno's address, cached per thread: `errno` is a call to __errno_location()
  * in every use outside libc, which cost about a third of a malloc+free pair
  * when free saved and restored it.  A thread's errno never moves (the child
@@ -67,56 +71,65 @@ static inline int sheaf_malloc_class_of(const struct sheaf_cache *c)
 	return -1;
 }
 
-/* sheaf_malloc(): a table lookup and the class cache's sheaf fast path. */
+/* sheaf_malloc(): one table load gives the class cache (up to 1 KiB; the
+ * class index above), then the cache's per-CPU pop, inline. */
 static inline void *sheaf_malloc_inline(size_t n)
 {
-	if (sheaf_likely(n <= SHEAF_SC_MAX)) {
-		struct sheaf_cache *c = atomic_load_explicit(&sheaf_malloc_classes[sheaf_sc_index(n)],
-							     memory_order_acquire);
-		if (sheaf_likely(c != NULL)) {
+	struct sheaf_cache *c;
+	if (sheaf_likely(n <= SHEAF_SC_TABLE_MAX))
+		c = atomic_load_explicit(&sheaf_malloc_small[(n + 7) >> 3], memory_order_acquire);
+	else if (n <= SHEAF_SC_MAX)
+		c = atomic_load_explicit(&sheaf_malloc_classes[sheaf_sc_index(n)],
+					 memory_order_acquire);
+	else
+		c = NULL;
+	if (sheaf_likely(c != NULL)) {
 #if SHEAF_HAVE_RSEQ
-			if (!SHEAF_TRACK_ENABLED) {
-				/* The class cache's per-CPU pop inlined here (rseq.h): no call. */
-				void *o;
-				SHEAF_RSEQ_POP(c, o, slow_alloc);
-				return o;
-			}
+		if (!SHEAF_TRACK_ENABLED) {
+			/* The class cache's per-CPU pop inlined here (rseq.h): no call. */
+			void *o;
+			SHEAF_RSEQ_POP(c, o, slow_alloc);
+			return o;
+		}
 slow_alloc:
 #endif
-			return sheaf_cache_alloc(c);
-		}
+		return sheaf_cache_alloc(c);
 	}
 	return sheaf_malloc_slow(n);
 }
 
-/* sheaf_free(): owner lookup, class check, the cache's fast path; errno kept
- * (POSIX 2024; peers.md §3). */
+/* Everything sheaf_free_inline() does not do inline: NULL, a per-thread mode, a
+ * free-check hook, a full or locked main, extents, foreign pointers, errors. */
+void sheaf_free_slowpath(void *p) __attribute__((noinline));
+
+/* sheaf_free(): one page-map load gives the owning cache node, whose
+ * malloc_cache is its cache if that is one of malloc's classes, then the
+ * per-CPU push (rseq.h).
+ * Everything else is one tail call, so the fast path needs no stack frame and
+ * never touches errno (POSIX 2024; peers.md §3).  NULL fails the bound test
+ * (NULL - base wraps above the limit) and leaves through the slow path. */
 static inline void sheaf_free_inline(void *p)
 {
-	if (sheaf_unlikely(p == NULL))
-		return;
 #if SHEAF_HAVE_RSEQ
 	if (!SHEAF_TRACK_ENABLED) {
-		/* Per-CPU push inlined (rseq.h); it never touches errno.  A per-thread mode,
-		 * a free-check hook, a full or locked main: the path below. */
-		struct sheaf_cache *fc = sheaf_malloc_cache_of(p);
-		if (sheaf_likely(fc != NULL) && sheaf_likely(fc->flags & SHEAF_CACHE_MALLOC_CLASS)) {
-			SHEAF_RSEQ_PUSH(fc, p, slow_free);
-			return;
+		uintptr_t off = (uintptr_t)p - (uintptr_t)sheaf_heap.base;
+		/* sheaf_rseq_free_limit: the heap size, 0 while a free-check hook is set. */
+		if (sheaf_likely(off < sheaf_rseq_free_limit)) {
+			uintptr_t k = __atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT],
+						      __ATOMIC_RELAXED);
+			/* A node's cache pointer is set before its key is published. */
+			if (sheaf_likely(k != 0)) {
+				struct sheaf_cache *fc = ((struct sheaf_node *)k)->malloc_cache;
+				if (sheaf_likely(fc != NULL)) {
+					SHEAF_RSEQ_PUSH_KEY(fc, p, k, slow_free);
+					return;
+				}
+			}
 		}
 	}
-slow_free:;
+slow_free:
 #endif
-	int *ep = sheaf_malloc_errno_ptr();
-	int e = *ep;
-	struct sheaf_cache *c = sheaf_malloc_cache_of(p);
-	/* One flag test instead of the class lookup: malloc's caches carry
-	 * SHEAF_CACHE_MALLOC_CLASS (internal.h). */
-	if (sheaf_likely(c != NULL) && sheaf_likely(c->flags & SHEAF_CACHE_MALLOC_CLASS))
-		sheaf_cache_free(c, p);
-	else
-		sheaf_malloc_free_slow(p, c, "free");
-	*ep = e;
+	sheaf_free_slowpath(p);
 }
 
 /* ---- malloc.c: POSIX / glibc conventions over the sheaf_* API ---------------- */

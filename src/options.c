@@ -38,7 +38,7 @@ static struct opt opts[SHEAF_OPT_NR] = {
 	[SHEAF_OPT_PURGE_ORDER] = OPT("PURGE_ORDER", OPT_LONG, "4", "free page runs of 4 KiB << n are given back to the OS at once", "evolving"),
 	[SHEAF_OPT_BARN_MAX_FULL] = OPT("BARN_MAX_FULL", OPT_LONG, "0", "soft limit of full sheaves per barn, the ceiling of the EWMA working set (D6); 0: as many as fit in SHEAF_BARN_BYTES, at least 10 (Linux 7.0's constant)", "stable"),
 	[SHEAF_OPT_BARN_MAX_EMPTY] = OPT("BARN_MAX_EMPTY", OPT_LONG, "0", "soft limit of empty sheaves per barn; 0: the same as the full limit", "stable"),
-	[SHEAF_OPT_BARN_BYTES] = OPT("BARN_BYTES", OPT_LONG, "1048576", "object bytes a barn's full sheaves may hold when BARN_MAX_FULL is 0 (the limit is 10..256 sheaves)", "evolving"),
+	[SHEAF_OPT_BARN_BYTES] = OPT("BARN_BYTES", OPT_LONG, "4194304", "object bytes a barn's full sheaves may hold when BARN_MAX_FULL is 0 (the limit is 10..256 sheaves)", "evolving"),
 	[SHEAF_OPT_BARN_EWMA] = OPT("BARN_EWMA", OPT_BOOL, "1", "trim barns to an EWMA of their working set, gradually (D6)", "evolving"),
 	[SHEAF_OPT_KERNEL_COMPAT] = OPT("KERNEL_COMPAT", OPT_BOOL, "0", "every cache behaves like Linux 7.0 (no D1-D7), for comparison", "testing"),
 	[SHEAF_OPT_SLAB_DEBUG] = OPT("SLAB_DEBUG", OPT_STR, "", "debug caches, kernel slab_debug= syntax: \"FZPU\" for all, \"FZPU,name1,name2\" for some", "stable"),

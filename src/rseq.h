@@ -151,39 +151,56 @@ void sheaf_rseq_fork_child(void);
 		 : "rcx", "rdx", "cc", "memory"                                \
 		 : slow)
 
+/* The push itself, from the pagemap key in %rdx on (shared by the two free paths
+ * below): publish the descriptor, compare the key with the main's, push, commit. */
+#define SHEAF_RSEQ_PUSH_SEQ(slow)                                                   \
+	"mov sheaf_rseq_offset(%%rip), %%rax\n\t"                                  \
+	"mov .Lsheaf_push_slot%=(%%rip), %%rcx\n\t"                                \
+	"mov %%rcx, %%fs:8(%%rax)\n"                                                \
+	".Lsheaf_push_start%=:\n\t"                                                \
+	"movslq %%fs:4(%%rax), %%rcx\n\t"                                          \
+	"mov %c[mv](%[cache],%%rcx,8), %%rcx\n\t"                                  \
+	"cmp %c[key](%%rcx), %%rdx\n\t"                                            \
+	"jne %l[" #slow "]\n\t"                                                    \
+	"mov %c[size](%%rcx), %%eax\n\t"                                           \
+	"cmp %c[cap](%%rcx), %%eax\n\t"                                            \
+	"jae %l[" #slow "]\n\t"                                                    \
+	"mov %[o], %c[objs](%%rcx,%%rax,8)\n\t"                                    \
+	"addl $1, %c[size](%%rcx)\n"                                                \
+	".Lsheaf_push_end%=:\n\t" SHEAF_RSEQ_TAIL(".Lsheaf_push", slow)
+
+#define SHEAF_RSEQ_PUSH_OPERANDS                                                               \
+	[mv] "i"(SHEAF_RSEQ_MAINV_DISP), [size] "i"(offsetof(struct sheaf_sheaf, size)),       \
+		[cap] "i"(offsetof(struct sheaf_sheaf, capacity)),                             \
+		[key] "i"(offsetof(struct sheaf_sheaf, key)),                                  \
+		[objs] "i"(offsetof(struct sheaf_sheaf, objects))
+
 /* Free fast path: pushes @obj, or jumps to label @slow.  19 instructions.  The key
  * lookup is sheaf_page_key() with the bound taken from sheaf_rseq_free_limit. */
-#define SHEAF_RSEQ_PUSH(c, obj, slow)                                                              \
-	asm goto("mov %[o], %%rax\n\t"                                                             \
-		 "sub sheaf_heap+%c[hbase](%%rip), %%rax\n\t"                                      \
-		 "cmp sheaf_rseq_free_limit(%%rip), %%rax\n\t"                                     \
-		 "jae %l[" #slow "]\n\t"                                                           \
-		 "shr %[pshift], %%rax\n\t"                                                        \
-		 "mov sheaf_heap+%c[hmap](%%rip), %%rdx\n\t"                                       \
-		 "mov (%%rdx,%%rax,8), %%rdx\n\t"                                                  \
-		 "mov sheaf_rseq_offset(%%rip), %%rax\n\t"                                         \
-		 "mov .Lsheaf_push_slot%=(%%rip), %%rcx\n\t"                                       \
-		 "mov %%rcx, %%fs:8(%%rax)\n"                                                      \
-		 ".Lsheaf_push_start%=:\n\t"                                                       \
-		 "movslq %%fs:4(%%rax), %%rcx\n\t"                                                 \
-		 "mov %c[mv](%[cache],%%rcx,8), %%rcx\n\t"                                         \
-		 "cmp %c[key](%%rcx), %%rdx\n\t"                                                   \
-		 "jne %l[" #slow "]\n\t"                                                           \
-		 "mov %c[size](%%rcx), %%eax\n\t"                                                  \
-		 "cmp %c[cap](%%rcx), %%eax\n\t"                                                   \
-		 "jae %l[" #slow "]\n\t"                                                           \
-		 "mov %[o], %c[objs](%%rcx,%%rax,8)\n\t"                                           \
-		 "addl $1, %c[size](%%rcx)\n"                                                      \
-		 ".Lsheaf_push_end%=:\n\t" SHEAF_RSEQ_TAIL(".Lsheaf_push", slow)                   \
-		 :                                                                                 \
-		 : [cache] "r"(c), [o] "r"(obj), [mv] "i"(SHEAF_RSEQ_MAINV_DISP),                  \
-		   [hbase] "i"(offsetof(struct sheaf_heap, base)),                                 \
-		   [hmap] "i"(offsetof(struct sheaf_heap, pagemap)),                               \
-		   [pshift] "i"(SHEAF_PAGE_SHIFT), [size] "i"(offsetof(struct sheaf_sheaf, size)), \
-		   [cap] "i"(offsetof(struct sheaf_sheaf, capacity)),                              \
-		   [key] "i"(offsetof(struct sheaf_sheaf, key)),                                   \
-		   [objs] "i"(offsetof(struct sheaf_sheaf, objects))                               \
-		 : "rax", "rcx", "rdx", "cc", "memory"                                             \
+#define SHEAF_RSEQ_PUSH(c, obj, slow)                                                  \
+	asm goto("mov %[o], %%rax\n\t"                                                 \
+		 "sub sheaf_heap+%c[hbase](%%rip), %%rax\n\t"                          \
+		 "cmp sheaf_rseq_free_limit(%%rip), %%rax\n\t"                         \
+		 "jae %l[" #slow "]\n\t"                                               \
+		 "shr %[pshift], %%rax\n\t"                                            \
+		 "mov sheaf_heap+%c[hmap](%%rip), %%rdx\n\t"                           \
+		 "mov (%%rdx,%%rax,8), %%rdx\n\t" SHEAF_RSEQ_PUSH_SEQ(slow)            \
+		 :                                                                       \
+		 : [cache] "r"(c), [o] "r"(obj),                                         \
+		   [hbase] "i"(offsetof(struct sheaf_heap, base)),                       \
+		   [hmap] "i"(offsetof(struct sheaf_heap, pagemap)),                     \
+		   [pshift] "i"(SHEAF_PAGE_SHIFT), SHEAF_RSEQ_PUSH_OPERANDS              \
+		 : "rax", "rcx", "rdx", "cc", "memory"                                   \
+		 : slow)
+
+/* The same push for a caller that has already looked @key up in the page map (the
+ * malloc front end, which needs the owning cache before it can choose a path): one
+ * page-map load per free instead of two. */
+#define SHEAF_RSEQ_PUSH_KEY(c, obj, k, slow)                                           \
+	asm goto(SHEAF_RSEQ_PUSH_SEQ(slow)                                               \
+		 :                                                                       \
+		 : [cache] "r"(c), [o] "r"(obj), "d"(k), SHEAF_RSEQ_PUSH_OPERANDS        \
+		 : "rax", "rcx", "cc", "memory"                                          \
 		 : slow)
 
 #endif /* SHEAF_HAVE_RSEQ */

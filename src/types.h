@@ -109,6 +109,10 @@ struct sheaf_barn {
 
 struct sheaf_node {
 	struct sheaf_cache *cache;
+	/* The same cache if it is one of malloc's size classes (SHEAF_CACHE_MALLOC_CLASS),
+	 * else NULL: malloc's free fast path goes from the page map to the cache it
+	 * pushes to in two loads, with no flag test (malloc_internal.h). */
+	struct sheaf_cache *malloc_cache;
 	int nid;                    /* this node */
 	int mem_nid;                /* node whose memory backs this node's slabs (itself, or the
 				       nearest memory node when this one is memoryless, D3) */
