@@ -47,6 +47,9 @@ struct bench_alloc bench_allocs[] = {
 	{ .name = "sheaf", .kind = BK_SHEAF, .apis = BENCH_API_CACHE },
 	{ .name = "sheaf-k7", .kind = BK_SHEAF, .apis = BENCH_API_CACHE,
 	  .cache_flags = SHEAF_KERNEL_COMPAT },
+	/* Sheaf given DPDK's per-lcore cache size as its sheaf capacity, so the
+	 * mempool comparison can also be made at equal per-CPU caching. */
+	{ .name = "sheaf-c512", .kind = BK_SHEAF, .apis = BENCH_API_CACHE, .capacity = 512 },
 };
 int bench_nallocs = (int)(sizeof(bench_allocs) / sizeof(bench_allocs[0]));
 
@@ -117,7 +120,8 @@ static void init_sheaf(void)
 	}
 	for (int i = 0; i < bench_nallocs; i++) {
 		struct bench_alloc *a = &bench_allocs[i];
-		struct sheaf_cache_args args = { .flags = a->cache_flags };
+		struct sheaf_cache_args args = { .flags = a->cache_flags,
+						 .sheaf_capacity = a->capacity };
 		struct sheaf_cache *c;
 
 		if (a->kind != BK_SHEAF)
@@ -137,9 +141,13 @@ static void init_sheaf(void)
 		}
 		sheaf_cache_destroy(c);
 		a->available = true;
-		snprintf(a->how, sizeof(a->how), "sheaf_cache_* API, linked, flags %#x%s",
+		char cap[32] = "";
+
+		if (a->capacity)
+			snprintf(cap, sizeof(cap), ", sheaf capacity %u", a->capacity);
+		snprintf(a->how, sizeof(a->how), "sheaf_cache_* API, linked, flags %#x%s%s",
 			 a->cache_flags,
-			 a->cache_flags & SHEAF_KERNEL_COMPAT ? " (SHEAF_KERNEL_COMPAT)" : "");
+			 a->cache_flags & SHEAF_KERNEL_COMPAT ? " (SHEAF_KERNEL_COMPAT)" : "", cap);
 	}
 }
 
@@ -206,7 +214,8 @@ int bench_pool_open(struct bench_pool *p, const struct bench_alloc *a, size_t si
 		p->free_fn = a->free_fn;
 		return 0;
 	case BK_SHEAF: {
-		struct sheaf_cache_args args = { .flags = a->cache_flags };
+		struct sheaf_cache_args args = { .flags = a->cache_flags,
+						 .sheaf_capacity = a->capacity };
 		char name[48];
 
 		snprintf(name, sizeof(name), "bench-%s-%zu", a->name, size);

@@ -107,6 +107,7 @@ struct bench_alloc {
 	void *(*malloc_fn)(size_t);
 	void (*free_fn)(void *);
 	unsigned cache_flags; /* BK_SHEAF: SHEAF_* flags of the caches */
+	unsigned capacity;    /* BK_SHEAF: sheaf_capacity of the caches (0: Sheaf's default) */
 };
 
 extern struct bench_alloc bench_allocs[];

@@ -459,6 +459,8 @@ void bench_write_report(const struct bench_ctx *ctx, const char *path, double el
 		   "peer\" by the lowest of glibc, jemalloc, mimalloc, tcmalloc and DPDK's "
 		   "mempool in that row. `sheaf` is Sheaf's object-cache API with its defaults, "
 		   "`sheaf-k7` the same with SHEAF_KERNEL_COMPAT (configured like Linux 7.0), "
+		   "`sheaf-c512` the same with sheaves of 512 objects (DPDK's per-lcore cache "
+		   "size, for the mempool comparison at equal per-CPU caching), "
 		   "`sheaf-malloc` Sheaf's malloc front end.\n\n",
 		ctx->window_ms, ctx->quick ? "" : " (5 ms for the fast path, 10 ms across CPUs)");
 
