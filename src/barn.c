@@ -8,10 +8,14 @@
  *
  * D6, working-set trimming: Linux 7.0 caps a barn at 10 full and 10 empty sheaves and
  * empties it only on shrink.  Sheaf keeps those caps as upper bounds but, like Bonwick's
- * depot reaping, estimates the working set: every interval of 256 barn operations the
- * lowest nr_full seen in it feeds an EWMA (weight 1/4); sheaves above EWMA + 1 were
- * not needed during the interval and are handed back, at most two per interval, so
- * memory is returned gradually and never in a burst on a hot path.
+ * depot reaping, measures what was not needed: every interval of 256 barn operations
+ * the lowest nr_full (and nr_empty) seen in it is the number of sheaves that sat in the
+ * barn, unused, through the whole interval (sheaves are taken from the head and the
+ * untouched ones stay at the tail).  An EWMA (weight 1/4) smooths that count; that many
+ * of the coldest sheaves are handed back, at most two full and four empty ones per
+ * interval, so memory is returned gradually and never in a burst on a hot path.  A barn
+ * that is drained and refilled every interval (a batch of thousands, a producer and a
+ * consumer) has a low of 0 and is left alone, however many sheaves it holds at times.
  *
  * Synchronisation matrix (who may call what concurrently): every function may run
  * concurrently with every other; the lock serialises them.  Callers never hold a
@@ -39,8 +43,8 @@ void sheaf_barn_init(struct sheaf_barn *b, bool enabled, bool compat)
 		b->max_full = SHEAF_MAX_FULL_SHEAVES;
 		b->max_empty = SHEAF_MAX_EMPTY_SHEAVES;
 	}
-	b->ewma_low = 0;
-	b->interval_low = ~0u;
+	b->ewma_low = b->ewma_low_empty = 0;
+	b->interval_low = b->interval_low_empty = ~0u;
 	b->interval_ops = 0;
 }
 
@@ -56,13 +60,16 @@ static inline void note_op_locked(struct sheaf_barn *b)
 {
 	if (b->nr_full < b->interval_low)
 		b->interval_low = b->nr_full;
+	if (b->nr_empty < b->interval_low_empty)
+		b->interval_low_empty = b->nr_empty;
 	if (++b->interval_ops >= BARN_INTERVAL_OPS) {
-		/* ewma_low is scaled by 16; new = 3/4 old + 1/4 sample. */
-		uint32_t sample = (b->interval_low == ~0u ? 0 : b->interval_low) * 16;
-		b->ewma_low = (b->ewma_low * 3 + sample) / 4;
+		/* Scaled by 16; new = 3/4 old + 1/4 sample. */
+		b->ewma_low = (b->ewma_low * 3 + b->interval_low * 16) / 4;
+		b->ewma_low_empty = (b->ewma_low_empty * 3 + b->interval_low_empty * 16) / 4;
 		b->interval_ops = 0;
 		b->interval_low = b->nr_full;
-		if (b->nr_full > b->ewma_low / 16 + 1 || b->nr_empty > b->ewma_low / 16 + 2)
+		b->interval_low_empty = b->nr_empty;
+		if ((b->ewma_low >= 16 && b->nr_full) || (b->ewma_low_empty >= 32 && b->nr_empty > 1))
 			sheaf_wr(b->trim_due, 1);
 	}
 }
@@ -179,22 +186,26 @@ void sheaf_barn_trim(struct sheaf_barn *b, struct sheaf_list *full, struct sheaf
 		return;
 	barn_lock(b);
 	sheaf_wr(b->trim_due, 0);
-	unsigned keep_full = b->ewma_low / 16 + 1;
+	/* Give back the coldest of the sheaves that went unused (see the top of the file),
+	 * and take them off the estimate so the next slow paths do not trim them again
+	 * before the next interval has measured anew.  One empty sheaf is always kept. */
 	unsigned moved = 0;
-	while (b->nr_full > keep_full && moved < BARN_TRIM_MAX && !sheaf_list_empty(&b->full)) {
+	while (b->ewma_low >= 16 && moved < BARN_TRIM_MAX && !sheaf_list_empty(&b->full)) {
 		/* The coldest sheaf is at the tail. */
 		struct sheaf_sheaf *s = sheaf_container_of(b->full.prev, struct sheaf_sheaf, link);
 		sheaf_list_del(&s->link);
 		sheaf_list_add(&s->link, full);
 		sheaf_wr(b->nr_full, b->nr_full - 1);
+		b->ewma_low -= 16;
 		moved++;
 	}
-	unsigned keep_empty = keep_full + 1;
-	while (b->nr_empty > keep_empty && moved < 2 * BARN_TRIM_MAX && !sheaf_list_empty(&b->empty)) {
+	moved = 0;
+	while (b->ewma_low_empty >= 32 && b->nr_empty > 1 && moved < 2 * BARN_TRIM_MAX) {
 		struct sheaf_sheaf *s = sheaf_container_of(b->empty.prev, struct sheaf_sheaf, link);
 		sheaf_list_del(&s->link);
 		sheaf_list_add(&s->link, empty);
 		sheaf_wr(b->nr_empty, b->nr_empty - 1);
+		b->ewma_low_empty -= 16;
 		moved++;
 	}
 	pthread_mutex_unlock(&b->lock);

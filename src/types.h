@@ -98,8 +98,11 @@ struct sheaf_barn {
 	unsigned max_empty;
 	bool enabled;            /* false: no barn (KERNEL_COMPAT on a memoryless node) */
 	/* D6: working-set estimate, protected by lock. */
-	uint32_t ewma_low;       /* EWMA (x16) of the lowest nr_full seen per interval */
+	uint32_t ewma_low;       /* EWMA (x16) of the lowest nr_full seen per interval: full
+				    sheaves that sat unused through the interval */
 	uint32_t interval_low;   /* lowest nr_full in the current interval */
+	uint32_t ewma_low_empty; /* the same for empty sheaves */
+	uint32_t interval_low_empty;
 	uint32_t interval_ops;   /* barn operations in the current interval */
 	uint32_t nr_locks;       /* lock acquisitions ever (gauge barn_locks); under lock */
 	uint32_t trim_due;       /* an interval ended: the next slow path trims (racy read) */
