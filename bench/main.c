@@ -265,7 +265,7 @@ int main(int argc, char **argv)
 	ctx.self_exe = n > 0 ? (exe[n] = 0, exe) : argv[0];
 	ctx.window_ms = ctx.quick ? 4 : 20;
 	ctx.reps = ctx.quick ? 3 : 21;
-	ctx.reps_xcpu = ctx.quick ? 5 : 50;
+	ctx.reps_xcpu = ctx.quick ? 5 : 80;
 	ctx.t_start = bench_now_ns();
 
 	/* Same-CPU workloads run on the main thread, on bench_cpu[0] (where

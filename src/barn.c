@@ -28,11 +28,61 @@
 #define BARN_INTERVAL_OPS 256u
 #define BARN_TRIM_MAX     2u
 
+/* The stacks (types.h): push and pop at the top; the bottom is the coldest sheaf. */
+static inline void stk_push(struct sheaf_sheaf **top, struct sheaf_sheaf *s)
+{
+	s->link.next = *top ? &(*top)->link : NULL;
+	s->link.prev = NULL;
+	*top = s;
+}
+
+static inline struct sheaf_sheaf *stk_next(const struct sheaf_sheaf *s)
+{
+	return s->link.next ? sheaf_container_of(s->link.next, struct sheaf_sheaf, link) : NULL;
+}
+
+static inline struct sheaf_sheaf *stk_pop(struct sheaf_sheaf **top)
+{
+	struct sheaf_sheaf *s = *top;
+	if (s)
+		*top = stk_next(s);
+	return s;
+}
+
+/* Move the bottom (coldest) @n sheaves of a stack of @count onto @out, a caller's
+ * list; returns how many moved. */
+static unsigned stk_take_bottom(struct sheaf_sheaf **top, unsigned count, unsigned n,
+				struct sheaf_list *out)
+{
+	if (n > count)
+		n = count;
+	if (!n)
+		return 0;
+	struct sheaf_sheaf *s;
+	if (n == count) {
+		s = *top;
+		*top = NULL;
+	} else {
+		struct sheaf_sheaf *keep = *top;
+		for (unsigned i = 1; i < count - n; i++)
+			keep = stk_next(keep);
+		s = stk_next(keep);
+		keep->link.next = NULL;
+	}
+	unsigned moved = 0;
+	while (s) {
+		struct sheaf_sheaf *next = stk_next(s);
+		sheaf_list_add(&s->link, out);
+		s = next;
+		moved++;
+	}
+	return moved;
+}
+
 void sheaf_barn_init(struct sheaf_barn *b, bool enabled, bool compat)
 {
 	pthread_mutex_init(&b->lock, NULL);
-	sheaf_list_init(&b->full);
-	sheaf_list_init(&b->empty);
+	b->full = b->empty = NULL;
 	b->nr_full = b->nr_empty = 0;
 	b->enabled = enabled;
 	if (compat) {
@@ -80,11 +130,9 @@ struct sheaf_sheaf *sheaf_barn_get_empty(struct sheaf_barn *b)
 		return NULL;
 	struct sheaf_sheaf *s = NULL;
 	barn_lock(b);
-	if (!sheaf_list_empty(&b->empty)) {
-		s = sheaf_list_first(&b->empty, struct sheaf_sheaf, link);
-		sheaf_list_del(&s->link);
+	s = stk_pop(&b->empty);
+	if (s)
 		sheaf_wr(b->nr_empty, b->nr_empty - 1);
-	}
 	pthread_mutex_unlock(&b->lock);
 	return s;
 }
@@ -95,15 +143,10 @@ struct sheaf_sheaf *sheaf_barn_get_full(struct sheaf_barn *b, uint32_t min_size)
 		return NULL;
 	struct sheaf_sheaf *s = NULL;
 	barn_lock(b);
-	if (!sheaf_list_empty(&b->full)) {
-		s = sheaf_list_first(&b->full, struct sheaf_sheaf, link);
-		if (s->size >= min_size) {
-			sheaf_list_del(&s->link);
-			sheaf_wr(b->nr_full, b->nr_full - 1);
-			note_op_locked(b);
-		} else {
-			s = NULL;
-		}
+	if (b->full && b->full->size >= min_size) {
+		s = stk_pop(&b->full);
+		sheaf_wr(b->nr_full, b->nr_full - 1);
+		note_op_locked(b);
 	}
 	pthread_mutex_unlock(&b->lock);
 	return s;
@@ -112,7 +155,7 @@ struct sheaf_sheaf *sheaf_barn_get_full(struct sheaf_barn *b, uint32_t min_size)
 void sheaf_barn_put_empty(struct sheaf_barn *b, struct sheaf_sheaf *s)
 {
 	barn_lock(b);
-	sheaf_list_add(&s->link, &b->empty);
+	stk_push(&b->empty, s);
 	sheaf_wr(b->nr_empty, b->nr_empty + 1);
 	pthread_mutex_unlock(&b->lock);
 }
@@ -121,7 +164,7 @@ void sheaf_barn_put_full(struct sheaf_barn *b, struct sheaf_sheaf *s)
 {
 	/* Ignores the limit: race and undo paths (K§1.3). */
 	barn_lock(b);
-	sheaf_list_add(&s->link, &b->full);
+	stk_push(&b->full, s);
 	sheaf_wr(b->nr_full, b->nr_full + 1);
 	note_op_locked(b);
 	pthread_mutex_unlock(&b->lock);
@@ -133,13 +176,12 @@ struct sheaf_sheaf *sheaf_barn_replace_empty(struct sheaf_barn *b, struct sheaf_
 		return NULL;
 	struct sheaf_sheaf *full = NULL;
 	barn_lock(b);
-	if (!sheaf_list_empty(&b->full)) {
-		full = sheaf_list_first(&b->full, struct sheaf_sheaf, link);
-		sheaf_list_del(&full->link);
+	full = stk_pop(&b->full);
+	if (full) {
 		sheaf_wr(b->nr_full, b->nr_full - 1);
 		note_op_locked(b);
 		/* The empty limit is soft; excess empties are trimmed later (D6). */
-		sheaf_list_add(&empty->link, &b->empty);
+		stk_push(&b->empty, empty);
 		sheaf_wr(b->nr_empty, b->nr_empty + 1);
 	}
 	pthread_mutex_unlock(&b->lock);
@@ -158,14 +200,12 @@ int sheaf_barn_replace_full(struct sheaf_barn *b, struct sheaf_sheaf *full, stru
 		pthread_mutex_unlock(&b->lock);
 		return -E2BIG;
 	}
-	sheaf_list_add(&full->link, &b->full);
+	stk_push(&b->full, full);
 	sheaf_wr(b->nr_full, b->nr_full + 1);
 	note_op_locked(b);
-	if (!sheaf_list_empty(&b->empty)) {
-		*empty = sheaf_list_first(&b->empty, struct sheaf_sheaf, link);
-		sheaf_list_del(&(*empty)->link);
+	*empty = stk_pop(&b->empty);
+	if (*empty)
 		sheaf_wr(b->nr_empty, b->nr_empty - 1);
-	}
 	pthread_mutex_unlock(&b->lock);
 	return 0;
 }
@@ -173,8 +213,8 @@ int sheaf_barn_replace_full(struct sheaf_barn *b, struct sheaf_sheaf *full, stru
 void sheaf_barn_take_all(struct sheaf_barn *b, struct sheaf_list *full, struct sheaf_list *empty)
 {
 	barn_lock(b);
-	sheaf_list_splice_init(&b->full, full);
-	sheaf_list_splice_init(&b->empty, empty);
+	stk_take_bottom(&b->full, b->nr_full, b->nr_full, full);
+	stk_take_bottom(&b->empty, b->nr_empty, b->nr_empty, empty);
 	sheaf_wr(b->nr_full, 0);
 	sheaf_wr(b->nr_empty, 0);
 	pthread_mutex_unlock(&b->lock);
@@ -189,24 +229,15 @@ void sheaf_barn_trim(struct sheaf_barn *b, struct sheaf_list *full, struct sheaf
 	/* Give back the coldest of the sheaves that went unused (see the top of the file),
 	 * and take them off the estimate so the next slow paths do not trim them again
 	 * before the next interval has measured anew.  One empty sheaf is always kept. */
-	unsigned moved = 0;
-	while (b->ewma_low >= 16 && moved < BARN_TRIM_MAX && !sheaf_list_empty(&b->full)) {
-		/* The coldest sheaf is at the tail. */
-		struct sheaf_sheaf *s = sheaf_container_of(b->full.prev, struct sheaf_sheaf, link);
-		sheaf_list_del(&s->link);
-		sheaf_list_add(&s->link, full);
-		sheaf_wr(b->nr_full, b->nr_full - 1);
-		b->ewma_low -= 16;
-		moved++;
-	}
-	moved = 0;
-	while (b->ewma_low_empty >= 32 && b->nr_empty > 1 && moved < 2 * BARN_TRIM_MAX) {
-		struct sheaf_sheaf *s = sheaf_container_of(b->empty.prev, struct sheaf_sheaf, link);
-		sheaf_list_del(&s->link);
-		sheaf_list_add(&s->link, empty);
-		sheaf_wr(b->nr_empty, b->nr_empty - 1);
-		b->ewma_low_empty -= 16;
-		moved++;
+	unsigned n = SHEAF_MIN(b->ewma_low / 16, BARN_TRIM_MAX);
+	n = stk_take_bottom(&b->full, b->nr_full, n, full);
+	sheaf_wr(b->nr_full, b->nr_full - n);
+	b->ewma_low -= 16 * n;
+	if (b->ewma_low_empty >= 32 && b->nr_empty > 1) {
+		n = SHEAF_MIN(b->ewma_low_empty / 16 - 1, 2 * BARN_TRIM_MAX);
+		n = stk_take_bottom(&b->empty, b->nr_empty, SHEAF_MIN(n, b->nr_empty - 1), empty);
+		sheaf_wr(b->nr_empty, b->nr_empty - n);
+		b->ewma_low_empty -= 16 * n;
 	}
 	pthread_mutex_unlock(&b->lock);
 }
@@ -216,15 +247,12 @@ bool sheaf_barn_is_valid(struct sheaf_barn *b, const struct sheaf_cache *c)
 	bool ok = true;
 	unsigned nf = 0, ne = 0;
 	pthread_mutex_lock(&b->lock);
-	struct sheaf_list *pos;
-	for (pos = b->full.next; pos != &b->full; pos = pos->next) {
-		struct sheaf_sheaf *s = sheaf_container_of(pos, struct sheaf_sheaf, link);
+	for (struct sheaf_sheaf *s = b->full; s; s = stk_next(s)) {
 		nf++;
 		if (!sheaf_sheaf_is_valid(c, s) || s->size == 0)
 			ok = false;
 	}
-	for (pos = b->empty.next; pos != &b->empty; pos = pos->next) {
-		struct sheaf_sheaf *s = sheaf_container_of(pos, struct sheaf_sheaf, link);
+	for (struct sheaf_sheaf *s = b->empty; s; s = stk_next(s)) {
 		ne++;
 		if (!sheaf_sheaf_is_valid(c, s) || s->size != 0)
 			ok = false;
@@ -238,9 +266,8 @@ bool sheaf_barn_is_valid(struct sheaf_barn *b, const struct sheaf_cache *c)
 void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, uint64_t *objs, uint64_t *locks)
 {
 	pthread_mutex_lock(&b->lock);
-	struct sheaf_list *pos;
-	for (pos = b->full.next; pos != &b->full; pos = pos->next)
-		*objs += sheaf_container_of(pos, struct sheaf_sheaf, link)->size;
+	for (struct sheaf_sheaf *s = b->full; s; s = stk_next(s))
+		*objs += s->size;
 	*full += b->nr_full;
 	*locks += b->nr_locks;
 	*empty += b->nr_empty;
@@ -256,16 +283,14 @@ unsigned sheaf_barn_swap_fulls(struct sheaf_barn *b, struct sheaf_sheaf **full, 
 	unsigned got = 0;
 	barn_lock(b);
 	while (*put < nfull && b->nr_full < b->max_full) {
-		sheaf_list_add(&full[*put]->link, &b->full);
+		stk_push(&b->full, full[*put]);
 		sheaf_wr(b->nr_full, b->nr_full + 1);
 		note_op_locked(b);
 		(*put)++;
 	}
-	while (got < *put && !sheaf_list_empty(&b->empty)) {
-		empty_out[got] = sheaf_list_first(&b->empty, struct sheaf_sheaf, link);
-		sheaf_list_del(&empty_out[got]->link);
+	while (got < *put && b->empty) {
+		empty_out[got++] = stk_pop(&b->empty);
 		sheaf_wr(b->nr_empty, b->nr_empty - 1);
-		got++;
 	}
 	pthread_mutex_unlock(&b->lock);
 	return got;
@@ -278,16 +303,14 @@ unsigned sheaf_barn_swap_empties(struct sheaf_barn *b, struct sheaf_sheaf **empt
 		return 0;
 	unsigned got = 0;
 	barn_lock(b);
-	while (got < want && !sheaf_list_empty(&b->full)) {
-		full_out[got] = sheaf_list_first(&b->full, struct sheaf_sheaf, link);
-		sheaf_list_del(&full_out[got]->link);
+	while (got < want && b->full) {
+		full_out[got++] = stk_pop(&b->full);
 		sheaf_wr(b->nr_full, b->nr_full - 1);
-		got++;
 	}
 	if (got) {
 		note_op_locked(b);
 		for (unsigned i = 0; i < nempty; i++) {
-			sheaf_list_add(&empty[i]->link, &b->empty);
+			stk_push(&b->empty, empty[i]);
 			sheaf_wr(b->nr_empty, b->nr_empty + 1);
 		}
 	}
