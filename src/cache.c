@@ -302,6 +302,7 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 			sheaf_barn_set_limits(&n->barn, (size_t)cap * c->slot_size);
 		c->node[i] = n;
 	}
+	c->is_meta = meta;
 	pthread_mutex_init(&c->pcs_lock, NULL);
 	sheaf_list_init(&c->pcs_list);
 	sheaf_list_init(&c->cache_list);
@@ -324,7 +325,12 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 
 SHEAF_API struct sheaf_cache *sheaf_cache_create(const char *name, size_t size, const struct sheaf_cache_args *args)
 {
-	return sheaf_cache_create_internal(name, size, args, false);
+	struct sheaf_cache *c = sheaf_cache_create_internal(name, size, args, false);
+	/* The malloc front end starts the reaper itself (malloc.c, preload.c): a class
+	 * cache may be created inside malloc, where no thread may be started. */
+	if (c && !(c->flags & SHEAF_CACHE_MALLOC_CLASS))
+		sheaf_reaper_kick();
+	return c;
 }
 
 static void barns_flush(struct sheaf_cache *c)
@@ -356,9 +362,8 @@ SHEAF_API void sheaf_cache_destroy(struct sheaf_cache *c)
 		return;
 	/* DESIGN D5: wait for this cache's deferred frees only. */
 	sheaf_cache_rcu_barrier(c);
-	pthread_mutex_lock(&sheaf_g.caches_lock);
-	sheaf_list_del(&c->cache_list);
-	pthread_mutex_unlock(&sheaf_g.caches_lock);
+	/* Unlinked under caches_lock once the reaper is not visiting it (reaper.c). */
+	sheaf_reaper_unlink(c);
 	sheaf_pcs_teardown_cache(c);
 	barns_flush(c);
 	uint64_t leaked = 0;

@@ -52,6 +52,7 @@ enum sheaf_option_id {
 	SHEAF_OPT_VERBOSE,
 	SHEAF_OPT_DEBUG_OBJECTS,
 	SHEAF_OPT_DEBUG_OBJECTS_POOL,
+	SHEAF_OPT_REAP_MS,
 	SHEAF_OPT_NR
 };
 void sheaf_options_init(void);
@@ -169,6 +170,16 @@ void sheaf_barn_take_all(struct sheaf_barn *b, struct sheaf_list *full, struct s
 void sheaf_barn_trim(struct sheaf_barn *b, struct sheaf_list *full, struct sheaf_list *empty);
 bool sheaf_barn_is_valid(struct sheaf_barn *b, const struct sheaf_cache *c);
 void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, uint64_t *objs, uint64_t *locks);
+
+/* reaper.c: the background thread that shrinks idle caches (SHEAF_REAP_MS). */
+void sheaf_reaper_kick(void);  /* start it if not started; call holding no Sheaf lock */
+void sheaf_reaper_stop(void);
+void sheaf_reaper_unlink(struct sheaf_cache *c); /* destroy: unlink when not pinned */
+void sheaf_reaper_fork_child(void);
+unsigned long sheaf_reaper_rounds(void);
+uint64_t sheaf_pcs_reap_signature(struct sheaf_cache *c); /* percpu.c */
+/* malloc.c: give back cached extents older than SHEAF_MALLOC_EXTENT_DELAY_NS. */
+void sheaf_malloc_extent_cache_age(void);
 
 /* ---- "sheaf.c": sheaves and the per-CPU/per-thread slow paths (K§2.2, K§2.6) -------- */
 struct sheaf_sheaf *sheaf_sheaf_new(struct sheaf_cache *c, uint32_t capacity);

@@ -234,6 +234,11 @@ static struct sheaf_cache *__attribute__((noinline)) class_create(unsigned int i
 		 * pthread_atfork allocates: outside sc_lock. */
 		if (!atomic_exchange(&fork_handlers_registered, 1))
 			pthread_atfork(fork_prepare, fork_parent, fork_child);
+		/* Linked (not preloaded): this is a call of sheaf_malloc(), and glibc's
+		 * pthread_create allocates with glibc's malloc.  The preload starts the
+		 * reaper from its constructor instead (preload.c). */
+		if (!sheaf_preload_foreign_size && !tls_creating)
+			sheaf_reaper_kick();
 	}
 	return c;
 }
@@ -586,6 +591,16 @@ void sheaf_malloc_extent_cache_drain(void)
 {
 	pthread_mutex_lock(&xc.lock);
 	struct xc_node *victims = xc_evict_locked(0, 0, true);
+	pthread_mutex_unlock(&xc.lock);
+	xc_unmap(victims);
+}
+
+/* The reaper's tick (reaper.c): extents idle for the delay go back even when no
+ * later extent operation would have noticed. */
+void sheaf_malloc_extent_cache_age(void)
+{
+	pthread_mutex_lock(&xc.lock);
+	struct xc_node *victims = xc.lru.lru_next ? xc_evict_locked(now_ns(), 0, false) : NULL;
 	pthread_mutex_unlock(&xc.lock);
 	xc_unmap(victims);
 }

@@ -28,6 +28,15 @@ struct opt {
 
 #define OPT(n, t, d, h, st) { .name = (n), .type = (t), .def = (d), .help = (h), .stability = (st) }
 
+/* The reaper (reaper.c) is on by default, except under ThreadSanitizer: TSan kills a
+ * forked child that starts a thread when the parent had more than one. */
+#include "rseq.h" /* SHEAF_RSEQ_TSAN */
+#if SHEAF_RSEQ_TSAN
+#define SHEAF_REAP_MS_DEFAULT "0"
+#else
+#define SHEAF_REAP_MS_DEFAULT "250"
+#endif
+
 static struct opt opts[SHEAF_OPT_NR] = {
 	[SHEAF_OPT_STATS] = OPT("STATS", OPT_BOOL, "0", "print every cache's statistics at exit (1: text, json: JSON)", "stable"),
 	[SHEAF_OPT_ON_ERROR] = OPT("ON_ERROR", OPT_STR, "abort", "abort | warn: what a detected misuse does (warn reports and leaks the object)", "stable"),
@@ -45,6 +54,7 @@ static struct opt opts[SHEAF_OPT_NR] = {
 	[SHEAF_OPT_RCU_BARRIER] = OPT("RCU_BARRIER", OPT_STR, "cache", "cache | global: what sheaf_cache_destroy waits for (global: for comparison only)", "testing"),
 	[SHEAF_OPT_VERBOSE] = OPT("VERBOSE", OPT_BOOL, "0", "print the effective options and topology at start", "stable"),
 	[SHEAF_OPT_DEBUG_OBJECTS] = OPT("DEBUG_OBJECTS", OPT_BOOL, "1", "the debug-objects tracker (sheaf_debug.h) is active when the program uses it; 0 turns every hook into a no-op", "stable"),
+	[SHEAF_OPT_REAP_MS] = OPT("REAP_MS", OPT_LONG, SHEAF_REAP_MS_DEFAULT, "period of the background reaper, ms: caches idle for one period are shrunk (sheaves, barns and free pages back to the OS); 0: no reaper thread (the default in TSan builds, where a second thread stops forked children from starting threads)", "evolving"),
 	[SHEAF_OPT_DEBUG_OBJECTS_POOL] = OPT("DEBUG_OBJECTS_POOL", OPT_STR, "batched", "batched | single: the tracker's record pool (single: one record at a time, for comparison only)", "testing"),
 };
 

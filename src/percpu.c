@@ -701,6 +701,7 @@ static sheaf_noinline void drain_fork_orphans(void)
 
 void sheaf_percpu_fork_child(void)
 {
+	sheaf_reaper_fork_child(); /* still under caches_lock */
 	fork_release(true);
 	/* Threads other than this one are gone: their cached objects return to the barns
 	 * (lazily, see fork_orphans) instead of being stranded. */
@@ -718,6 +719,36 @@ void sheaf_percpu_fork_child(void)
 	if (!sheaf_list_empty(&fork_orphans))
 		atomic_store(&fork_orphans_pending, 1);
 	pthread_mutex_unlock(&sheaf_g.threads_lock);
+}
+
+/* ---- The reaper's probe (reaper.c) ---------------------------------------------- */
+
+/* A signature of this cache's slow-path activity, read racily and without locking a
+ * CPU (no membarrier): every pcs's event counters.  Fast paths change none of it; the
+ * reaper copes with that (see reaper.c). */
+uint64_t sheaf_pcs_reap_signature(struct sheaf_cache *c)
+{
+	uint64_t sig = 0;
+	if (percpu_cache(c)) {
+		for (int k = 0; k < sheaf_g.ncpus; k++) {
+			struct sheaf_pcs *pcs = cpu_pcs_get(c, k);
+			if (!pcs)
+				continue;
+			for (int i = 0; i < SHEAF_STAT_NR; i++)
+				sig = (sig ^ sheaf_rd(pcs->stat[i])) * 0x100000001B3ull;
+		}
+		return sig;
+	}
+	pthread_mutex_lock(&c->pcs_lock);
+	struct sheaf_list *pos;
+	for (pos = c->pcs_list.next; pos != &c->pcs_list; pos = pos->next) {
+		struct sheaf_pcs *pcs = sheaf_container_of(pos, struct sheaf_pcs, link);
+		for (int i = 0; i < SHEAF_STAT_NR; i++)
+			sig = (sig ^ sheaf_rd(pcs->stat[i])) * 0x100000001B3ull;
+		sig = (sig ^ sheaf_rd(pcs->cached)) * 0x100000001B3ull;
+	}
+	pthread_mutex_unlock(&c->pcs_lock);
+	return sig;
 }
 
 /* ---- Gauges ----------------------------------------------------------------------- */

@@ -220,6 +220,13 @@ struct sheaf_cache {
 	atomic_long rcu_inflight_objects; /* in rcu_free sheaves or waiting for a grace period */
 	void *rcu_priv;                   /* owned by rcu_free.c */
 
+	/* Background reaper (reaper.c). */
+	atomic_int reaping;   /* the reaper is shrinking this cache; destroy waits for 0 */
+	bool is_meta;         /* an internal metadata cache (meta.c): never reaped */
+	bool reap_seen;       /* the reaper's own (reaper.c), touched only while it pins the cache */
+	bool reap_clean;      /* the reaper's own: shrunk, untouched since */
+	uint64_t reap_sig;    /* the reaper's own: activity signature at its last visit */
+
 	_Atomic uint64_t stat_atomic[SHEAF_STAT_NR]; /* events outside any pcs */
 	atomic_ulong bytes_returned;
 

@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * reaper.c - gives the memory of idle caches back to the OS (DESIGN D6, "memory given
+ * back"; peers.md: tcmalloc's background release, jemalloc's background threads).
+ *
+ * D6 trims a barn as it is used.  A cache that goes quiet is never used again to
+ * trigger that, so without help it would keep its CPUs' sheaves, its barn and its free
+ * pages until the program calls sheaf_cache_shrink().  One background thread ("sheaf-
+ * reaper") wakes every SHEAF_REAP_MS milliseconds (default 250, so an idle cache is back with the OS within half a second; 0: no thread) and
+ * shrinks each cache that holds cached objects and showed no activity during one
+ * whole period (its event counters, barn lock count and per-CPU fill unchanged).
+ * A cache in steady fast-path use can look idle (fast paths count nothing shared):
+ * it is then shrunk once, its next operations refill from slabs, and that activity
+ * keeps it off the list afterwards.  The malloc front end's cached extents are aged
+ * out on the same tick.
+ *
+ * Start: lazily, from places that hold no lock: sheaf_cache_create() of a user cache,
+ * the first malloc class cache when libsheaf is linked (not preloaded), and the
+ * preload library's constructor.  A forked child has no reaper until it creates a
+ * cache (pthread_create is not allowed in an atfork child handler); in TSan builds it
+ * has none at all (TSan kills a child that starts a thread after a multi-threaded fork).
+ *
+ * Per-thread mode (TSan builds, Valgrind, no rseq): a shrink drains only the calling
+ * thread's sheaves at once and asks the other threads to drain at their next slow
+ * path, so an idle thread keeps its two sheaves of each cache; barns and free pages
+ * still go back.
+ *
+ * Locking (docs/locking.md): the reaper walks sheaf_g.caches under caches_lock but
+ * holds it only to move from one cache to the next: it pins the cache it visits
+ * (cache->reaping), drops the lock, probes and perhaps shrinks it (shrink runs
+ * concurrently with everything but destroy), retakes the lock and moves on.
+ * sheaf_cache_destroy() unlinks a cache only when it is not pinned
+ * (sheaf_reaper_unlink), so a cache is never destroyed under the reaper and the
+ * pinned cache's next pointer stays valid.
+ *
+ * dlclose: the library's destructor stops and joins the thread, so it never runs code
+ * that has been unmapped (test: unit/test_rcu_dlclose).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+#include "rseq.h" /* SHEAF_RSEQ_TSAN */
+
+static pthread_mutex_t reaper_lock = PTHREAD_MUTEX_INITIALIZER; /* protects the fields below */
+static pthread_cond_t reaper_cond;
+static pthread_t reaper_thread;
+static bool reaper_running;      /* a thread exists (joinable) */
+static bool reaper_stop;         /* ask it to exit */
+static atomic_int reaper_kicked; /* a start was attempted in this process */
+static atomic_ulong reaper_rounds;
+
+/* What changes when the cache's slow paths, barns or slabs are used, read racily and
+ * without locking a CPU (a full sheaf_stats_get() would lock every CPU with a
+ * membarrier, for every cache, every period).  *@slabs: slabs it holds. */
+static uint64_t probe(struct sheaf_cache *c, long *slabs)
+{
+	uint64_t s = sheaf_pcs_reap_signature(c);
+	for (int i = 0; i < SHEAF_STAT_NR; i++)
+		s = (s ^ atomic_load_explicit(&c->stat_atomic[i], memory_order_relaxed)) * 0x100000001B3ull;
+	*slabs = 0;
+	for (int i = 0; i < sheaf_g.nnodes; i++) {
+		struct sheaf_node *n = c->node[i];
+		long ns = atomic_load_explicit(&n->nr_slabs, memory_order_relaxed);
+		*slabs += ns;
+		s = (s ^ sheaf_rd(n->barn.nr_locks)) * 0x100000001B3ull;
+		s = (s ^ sheaf_rd(n->barn.nr_full) ^ ((uint64_t)sheaf_rd(n->barn.nr_empty) << 32)) *
+		    0x100000001B3ull;
+		s = (s ^ (uint64_t)ns ^ ((uint64_t)sheaf_rd(n->nr_partial) << 32)) * 0x100000001B3ull;
+	}
+	return s;
+}
+
+/* One cache, pinned (cache->reaping), caches_lock not held.  A cache whose signature
+ * did not change over a whole period is shrunk, once: the signature after the shrink
+ * is remembered and the cache is left alone until it changes.  A cache used only
+ * through its fast paths looks idle too: it is shrunk, refills its CPUs' sheaves on
+ * its next slow paths, and that activity shows in the next round. */
+static void reap_one(struct sheaf_cache *c)
+{
+	long slabs;
+	uint64_t sig = probe(c, &slabs);
+	if (c->reap_seen && sig == c->reap_sig) {
+		if (c->reap_clean || slabs == 0)
+			return;
+		sheaf_cache_shrink(c);
+		if (sheaf_option_long(SHEAF_OPT_VERBOSE))
+			sheaf_os_print("sheaf: reaper shrank idle cache '%s'", c->name);
+		c->reap_sig = probe(c, &slabs);
+		c->reap_clean = true;
+		return;
+	}
+	c->reap_sig = sig;
+	c->reap_seen = true;
+	c->reap_clean = false;
+}
+
+static void reap_round(void)
+{
+	pthread_mutex_lock(&sheaf_g.caches_lock);
+	struct sheaf_list *pos = sheaf_g.caches.next;
+	while (pos != &sheaf_g.caches) {
+		struct sheaf_cache *c = sheaf_container_of(pos, struct sheaf_cache, cache_list);
+		if (c->is_meta) {
+			pos = pos->next;
+			continue;
+		}
+		/* Pinned, it stays on the list (destroy waits to unlink it), so its next
+		 * pointer is valid again once the lock is retaken. */
+		atomic_store_explicit(&c->reaping, 1, memory_order_relaxed);
+		pthread_mutex_unlock(&sheaf_g.caches_lock);
+		reap_one(c);
+		pthread_mutex_lock(&sheaf_g.caches_lock);
+		pos = c->cache_list.next;
+		atomic_store_explicit(&c->reaping, 0, memory_order_release);
+	}
+	pthread_mutex_unlock(&sheaf_g.caches_lock);
+	sheaf_malloc_extent_cache_age();
+	atomic_fetch_add_explicit(&reaper_rounds, 1, memory_order_relaxed);
+}
+
+static void *reaper_main(void *arg)
+{
+	(void)arg;
+	long ms = sheaf_option_long(SHEAF_OPT_REAP_MS);
+	pthread_mutex_lock(&reaper_lock);
+	while (!reaper_stop) {
+		struct timespec t;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		t.tv_sec += ms / 1000;
+		t.tv_nsec += (ms % 1000) * 1000000L;
+		if (t.tv_nsec >= 1000000000L) {
+			t.tv_sec++;
+			t.tv_nsec -= 1000000000L;
+		}
+		int r = 0;
+		while (!reaper_stop && r != ETIMEDOUT)
+			r = pthread_cond_timedwait(&reaper_cond, &reaper_lock, &t);
+		if (reaper_stop)
+			break;
+		pthread_mutex_unlock(&reaper_lock);
+		reap_round();
+		pthread_mutex_lock(&reaper_lock);
+	}
+	pthread_mutex_unlock(&reaper_lock);
+	return NULL;
+}
+
+void sheaf_reaper_kick(void)
+{
+	if (sheaf_likely(atomic_load_explicit(&reaper_kicked, memory_order_relaxed)))
+		return;
+	if (atomic_load_explicit(&sheaf_g.init_state, memory_order_acquire) != 2 ||
+	    sheaf_option_long(SHEAF_OPT_REAP_MS) <= 0)
+		return;
+	if (atomic_exchange(&reaper_kicked, 1))
+		return;
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_mutex_lock(&reaper_lock);
+	pthread_cond_init(&reaper_cond, &ca);
+	pthread_condattr_destroy(&ca);
+	reaper_stop = false;
+	/* Signals go to the program's threads, never to this one. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	reaper_running = pthread_create(&reaper_thread, NULL, reaper_main, NULL) == 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (reaper_running)
+		pthread_setname_np(reaper_thread, "sheaf-reaper");
+	pthread_mutex_unlock(&reaper_lock);
+}
+
+void sheaf_reaper_stop(void)
+{
+	pthread_mutex_lock(&reaper_lock);
+	if (!reaper_running) {
+		pthread_mutex_unlock(&reaper_lock);
+		return;
+	}
+	reaper_stop = true;
+	pthread_cond_broadcast(&reaper_cond);
+	pthread_t t = reaper_thread;
+	reaper_running = false;
+	pthread_mutex_unlock(&reaper_lock);
+	/* Bounded: at exit another thread may hold a lock the reaper waits for. */
+	struct timespec limit;
+	clock_gettime(CLOCK_REALTIME, &limit);
+	limit.tv_sec += 2;
+	if (pthread_timedjoin_np(t, NULL, &limit) != 0)
+		pthread_detach(t);
+}
+
+unsigned long sheaf_reaper_rounds(void)
+{
+	return atomic_load_explicit(&reaper_rounds, memory_order_relaxed);
+}
+
+/* fork: the child has no reaper thread; caches the parent's reaper was shrinking are
+ * not being shrunk in the child.  caches_lock is held (the atfork prepare handler). */
+void sheaf_reaper_fork_child(void)
+{
+	struct sheaf_list *pos;
+	for (pos = sheaf_g.caches.next; pos != &sheaf_g.caches; pos = pos->next)
+		atomic_store_explicit(&sheaf_container_of(pos, struct sheaf_cache, cache_list)->reaping,
+				      0, memory_order_relaxed);
+	reaper_running = false;
+	pthread_mutex_init(&reaper_lock, NULL);
+	/* ThreadSanitizer refuses to start threads after a multi-threaded fork (it kills
+	 * the child), so TSan builds keep the child without a reaper. */
+	atomic_store(&reaper_kicked, SHEAF_RSEQ_TSAN ? 1 : 0);
+}
+
+/* Unlink @c from the cache list once the reaper is not visiting it (destroy). */
+void sheaf_reaper_unlink(struct sheaf_cache *c)
+{
+	for (;;) {
+		pthread_mutex_lock(&sheaf_g.caches_lock);
+		if (!atomic_load_explicit(&c->reaping, memory_order_acquire)) {
+			sheaf_list_del(&c->cache_list);
+			pthread_mutex_unlock(&sheaf_g.caches_lock);
+			return;
+		}
+		pthread_mutex_unlock(&sheaf_g.caches_lock);
+		sched_yield();
+	}
+}
+
+__attribute__((destructor)) static void reaper_fini(void)
+{
+	sheaf_reaper_stop();
+}
