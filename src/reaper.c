@@ -16,9 +16,8 @@
  *
  * Start: lazily, from places that hold no lock: sheaf_cache_create() of a user cache,
  * the first malloc class cache when libsheaf is linked (not preloaded), and the
- * preload library's constructor.  A forked child has no reaper until it creates a
- * cache (pthread_create is not allowed in an atfork child handler); in TSan builds it
- * has none at all (TSan kills a child that starts a thread after a multi-threaded fork).
+ * preload library's constructor.  A forked child has no reaper (see
+ * sheaf_reaper_fork_child); it still shrinks on sheaf_cache_shrink()/malloc_trim().
  *
  * Per-thread mode (TSan builds, Valgrind, no rseq): a shrink drains only the calling
  * thread's sheaves at once and asks the other threads to drain at their next slow
@@ -44,7 +43,6 @@
 #include <time.h>
 
 #include "internal.h"
-#include "rseq.h" /* SHEAF_RSEQ_TSAN */
 
 static pthread_mutex_t reaper_lock = PTHREAD_MUTEX_INITIALIZER; /* protects the fields below */
 static pthread_cond_t reaper_cond;
@@ -212,9 +210,11 @@ void sheaf_reaper_fork_child(void)
 				      0, memory_order_relaxed);
 	reaper_running = false;
 	pthread_mutex_init(&reaper_lock, NULL);
-	/* ThreadSanitizer refuses to start threads after a multi-threaded fork (it kills
-	 * the child), so TSan builds keep the child without a reaper. */
-	atomic_store(&reaper_kicked, SHEAF_RSEQ_TSAN ? 1 : 0);
+	/* No reaper in the child, ever: with the parent's reaper every Sheaf process is
+	 * multi-threaded, and after such a fork POSIX allows only async-signal-safe calls
+	 * until exec.  Starting a thread there deadlocked on an allocator lock the fork
+	 * had copied held (ASan's, unit/test_malloc_threads); TSan kills such a child. */
+	atomic_store(&reaper_kicked, 1);
 }
 
 /* Unlink @c from the cache list once the reaper is not visiting it (destroy). */

@@ -29,6 +29,16 @@
 #ifndef SANITIZE_THREAD
 #define SANITIZE_THREAD 0
 #endif
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZE_ADDRESS 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SANITIZE_ADDRESS 1
+#endif
+#endif
+#ifndef SANITIZE_ADDRESS
+#define SANITIZE_ADDRESS 0
+#endif
 
 static int th_fails, th_checks, th_tests;
 
