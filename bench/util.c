@@ -395,7 +395,12 @@ void bench_phase_run(struct bench_ctx *ctx, const struct bench_phase *ph)
 	}
 
 	/* Calibrate: grow n until a window lasts a quarter of the target, then
-	 * scale.  The amount of work is then fixed for every window. */
+	 * scale.  The amount of work is then fixed for every window.  One granule
+	 * is run first and thrown away: a first run pays for faulting in memory
+	 * (a fresh cache's slabs, a peer's arenas), and calibrating on it gave
+	 * that contender windows ten times shorter than the others', so its
+	 * figure carried ten times the per-window cold start (docs/benchmarks.md,
+	 * batch10k/256). */
 	for (int i = 0; i < np; i++) {
 		uint64_t m = g;
 		double ns = -1;
@@ -403,6 +408,9 @@ void bench_phase_run(struct bench_ctx *ctx, const struct bench_phase *ph)
 		ok[i] = true;
 		v[i] = NULL;
 		dist[i] = NULL;
+		bench_progress(ctx, "%s %s %s: warming up %s", ph->workload, ph->variant, ph->topo,
+			       pools[i].a->name);
+		(void)ph->fn(ph->state, &pools[i], g);
 		for (;;) {
 			bench_progress(ctx, "%s %s %s: calibrating %s", ph->workload, ph->variant,
 				       ph->topo, pools[i].a->name);
