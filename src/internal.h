@@ -173,6 +173,9 @@ void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, ui
 
 /* reaper.c: the background thread that shrinks idle caches (SHEAF_REAP_MS). */
 void sheaf_reaper_kick(void);  /* start it if not started; call holding no Sheaf lock */
+/* The same, for the malloc front end: only once the heap has SHEAF_REAP_MALLOC_START bytes. */
+void sheaf_reaper_kick_if_big(void);
+#define SHEAF_REAP_MALLOC_START (16ul << 20)
 void sheaf_reaper_stop(void);
 void sheaf_reaper_unlink(struct sheaf_cache *c); /* destroy: unlink when not pinned */
 void sheaf_reaper_fork_child(void);

@@ -234,11 +234,6 @@ static struct sheaf_cache *__attribute__((noinline)) class_create(unsigned int i
 		 * pthread_atfork allocates: outside sc_lock. */
 		if (!atomic_exchange(&fork_handlers_registered, 1))
 			pthread_atfork(fork_prepare, fork_parent, fork_child);
-		/* Linked (not preloaded): this is a call of sheaf_malloc(), and glibc's
-		 * pthread_create allocates with glibc's malloc.  The preload starts the
-		 * reaper from its constructor instead (preload.c). */
-		if (!sheaf_preload_foreign_size && !tls_creating)
-			sheaf_reaper_kick();
 	}
 	return c;
 }
@@ -763,6 +758,12 @@ void sheaf_free_slowpath(void *p)
 {
 	if (sheaf_unlikely(p == NULL))
 		return;
+	/* The malloc front end starts the reaper only once Sheaf's heap holds
+	 * SHEAF_REAP_MALLOC_START bytes: a thread in every process (the preload)
+	 * would make every small tool multi-threaded, and unshare(CLONE_NEWUSER)
+	 * refuses a multi-threaded caller.  Here no lock of ours is held. */
+	if (!tls_creating)
+		sheaf_reaper_kick_if_big();
 	int *ep = sheaf_malloc_errno_ptr();
 	int e = *ep;
 	struct sheaf_cache *c = sheaf_malloc_cache_of(p);

@@ -157,7 +157,7 @@ static long block_take_locked(int nid)
 		if (mprotect(page_addr((size_t)blk << SHEAF_BLOCK_ORDER), SHEAF_BLOCK_SIZE,
 			     PROT_READ | PROT_WRITE) != 0)
 			return -1;
-		h->next_block++;
+		sheaf_wr(h->next_block, h->next_block + 1); /* read racily by the reaper */
 	}
 	(void)nid; /* real NUMA placement: first touch by the node's CPUs (see docs) */
 	return blk;

@@ -14,9 +14,11 @@
  * keeps it off the list afterwards.  The malloc front end's cached extents are aged
  * out on the same tick.
  *
- * Start: lazily, from places that hold no lock: sheaf_cache_create() of a user cache,
- * the first malloc class cache when libsheaf is linked (not preloaded), and the
- * preload library's constructor.  A forked child has no reaper (see
+ * Start: lazily, from places that hold no lock: sheaf_cache_create() of a user cache
+ * (a program using the cache API gets it at once), and for the malloc front end
+ * (linked or preloaded) a free's slow path once Sheaf's heap has grown to
+ * SHEAF_REAP_MALLOC_START (16 MiB): a small tool run under the preload library stays
+ * single-threaded (unshare(CLONE_NEWUSER) refuses a multi-threaded caller, for one).  A forked child has no reaper (see
  * sheaf_reaper_fork_child); it still shrinks on sheaf_cache_shrink()/malloc_trim().
  *
  * Per-thread mode (TSan builds, Valgrind, no rseq): a shrink drains only the calling
@@ -173,6 +175,15 @@ void sheaf_reaper_kick(void)
 	if (reaper_running)
 		pthread_setname_np(reaper_thread, "sheaf-reaper");
 	pthread_mutex_unlock(&reaper_lock);
+}
+
+void sheaf_reaper_kick_if_big(void)
+{
+	if (sheaf_likely(atomic_load_explicit(&reaper_kicked, memory_order_relaxed)))
+		return;
+	if (sheaf_rd(sheaf_heap.next_block) << SHEAF_BLOCK_SHIFT < SHEAF_REAP_MALLOC_START)
+		return;
+	sheaf_reaper_kick();
 }
 
 void sheaf_reaper_stop(void)

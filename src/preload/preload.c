@@ -399,9 +399,7 @@ static void __attribute__((constructor)) preload_start(void)
 	/* Create the first class now, while the process is most likely still
 	 * single-threaded, so the core's start-up is out of the way. */
 	sheaf_free(sheaf_malloc(1)); /* (malloc/free would be elided as builtins) */
-	/* The background reaper (SHEAF_REAP_MS), started here rather than inside
-	 * malloc: a constructor holds no lock of ours. */
-	sheaf_reaper_kick();
+	/* The reaper starts later, once the heap is big (sheaf_free_slowpath). */
 }
 
 static void __attribute__((destructor)) preload_exit(void)

@@ -99,6 +99,16 @@ require_served 10000 sheaf-preload-check-cxx
 line=$(LD_PRELOAD=$LIB SHEAF_MALLOC_STATS=1 /bin/true 2>&1)
 echo "$line"
 grep -Eq '^sheaf-malloc: [0-9]+ mallocs, [0-9]+ frees$' <<<"$line"
+# A small program stays single-threaded under the preload (the reaper starts
+# only once the heap is 16 MiB): unshare(CLONE_NEWUSER) refuses a
+# multi-threaded caller.  Checked where user namespaces work at all.
+if unshare -U /bin/true 2>/dev/null; then
+	LD_PRELOAD=$LIB unshare -U /bin/true ||
+		{ echo "FAIL: unshare -U under the preload (a thread was started)" >&2; exit 1; }
+	echo "unshare -U under the preload: ok"
+else
+	echo "unshare -U: user namespaces unavailable here, not checked"
+fi
 # Installed beside libsheaf.so, and usable from there.
 cmake --install "$BUILD" --prefix "$WORK/prefix" >"$WORK/install.log" 2>&1 ||
 	{ cat "$WORK/install.log"; exit 1; }
