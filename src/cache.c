@@ -326,8 +326,8 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 SHEAF_API struct sheaf_cache *sheaf_cache_create(const char *name, size_t size, const struct sheaf_cache_args *args)
 {
 	struct sheaf_cache *c = sheaf_cache_create_internal(name, size, args, false);
-	/* The malloc front end starts the reaper itself (malloc.c, preload.c): a class
-	 * cache may be created inside malloc, where no thread may be started. */
+	/* The malloc front end starts the reaper itself, later (sheaf_free_slowpath): a
+	 * class cache may be created inside malloc, where no thread may be started. */
 	if (c && !(c->flags & SHEAF_CACHE_MALLOC_CLASS))
 		sheaf_reaper_kick();
 	return c;

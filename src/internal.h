@@ -173,9 +173,21 @@ void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, ui
 
 /* reaper.c: the background thread that shrinks idle caches (SHEAF_REAP_MS). */
 void sheaf_reaper_kick(void);  /* start it if not started; call holding no Sheaf lock */
-/* The same, for the malloc front end: only once the heap has SHEAF_REAP_MALLOC_START bytes. */
-void sheaf_reaper_kick_if_big(void);
+/* A start was attempted in this process (or it is a fork child, which never gets one). */
+extern atomic_int sheaf_reaper_kicked;
+/* The malloc front end starts the reaper only once Sheaf's heap holds this much (a
+ * small tool under the preload stays single-threaded; see reaper.c). */
 #define SHEAF_REAP_MALLOC_START (16ul << 20)
+static inline bool sheaf_reaper_wanted_by_malloc(void)
+{
+	return !atomic_load_explicit(&sheaf_reaper_kicked, memory_order_relaxed) &&
+	       sheaf_rd(sheaf_heap.next_block) << SHEAF_BLOCK_SHIFT >= SHEAF_REAP_MALLOC_START;
+}
+/* Mixing step of the reaper's activity signatures (FNV-1a style). */
+static inline uint64_t sheaf_sig_mix(uint64_t sig, uint64_t v)
+{
+	return (sig ^ v) * 0x100000001B3ull;
+}
 void sheaf_reaper_stop(void);
 void sheaf_reaper_unlink(struct sheaf_cache *c); /* destroy: unlink when not pinned */
 void sheaf_reaper_fork_child(void);

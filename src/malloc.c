@@ -758,21 +758,19 @@ void sheaf_free_slowpath(void *p)
 {
 	if (sheaf_unlikely(p == NULL))
 		return;
-	/* The malloc front end starts the reaper only once Sheaf's heap holds
-	 * SHEAF_REAP_MALLOC_START bytes: a thread in every process (the preload)
-	 * would make every small tool multi-threaded, and unshare(CLONE_NEWUSER)
-	 * refuses a multi-threaded caller.  Here no lock of ours is held. */
-	if (!tls_creating)
-		sheaf_reaper_kick_if_big();
+	/* The reaper starts here, where no lock of ours is held, once the heap
+	 * is big enough (internal.h, reaper.c). */
+	if (sheaf_unlikely(sheaf_reaper_wanted_by_malloc()) && !tls_creating)
+		sheaf_reaper_kick();
 	int *ep = sheaf_malloc_errno_ptr();
 	int e = *ep;
-	struct sheaf_cache *c = sheaf_malloc_cache_of(p);
-	/* One flag test instead of the class lookup: malloc's caches carry
-	 * SHEAF_CACHE_MALLOC_CLASS (internal.h). */
-	if (sheaf_likely(c != NULL) && sheaf_likely(c->flags & SHEAF_CACHE_MALLOC_CLASS))
-		sheaf_cache_free(c, p);
+	/* The fast path's test (node->malloc_cache), with the owner kept for errors. */
+	uintptr_t k = sheaf_page_key(p);
+	struct sheaf_node *n = (struct sheaf_node *)k;
+	if (sheaf_likely(n != NULL) && sheaf_likely(n->malloc_cache != NULL))
+		sheaf_cache_free(n->malloc_cache, p);
 	else
-		sheaf_malloc_free_slow(p, c, "free");
+		sheaf_malloc_free_slow(p, n ? n->cache : NULL, "free");
 	*ep = e;
 }
 

@@ -726,16 +726,21 @@ void sheaf_percpu_fork_child(void)
 /* A signature of this cache's slow-path activity, read racily and without locking a
  * CPU (no membarrier): every pcs's event counters.  Fast paths change none of it; the
  * reaper copes with that (see reaper.c). */
+static uint64_t pcs_signature(uint64_t sig, const struct sheaf_pcs *pcs)
+{
+	for (int i = 0; i < SHEAF_STAT_NR; i++)
+		sig = sheaf_sig_mix(sig, sheaf_rd(pcs->stat[i]));
+	return sig;
+}
+
 uint64_t sheaf_pcs_reap_signature(struct sheaf_cache *c)
 {
 	uint64_t sig = 0;
 	if (percpu_cache(c)) {
 		for (int k = 0; k < sheaf_g.ncpus; k++) {
 			struct sheaf_pcs *pcs = cpu_pcs_get(c, k);
-			if (!pcs)
-				continue;
-			for (int i = 0; i < SHEAF_STAT_NR; i++)
-				sig = (sig ^ sheaf_rd(pcs->stat[i])) * 0x100000001B3ull;
+			if (pcs)
+				sig = pcs_signature(sig, pcs);
 		}
 		return sig;
 	}
@@ -743,9 +748,7 @@ uint64_t sheaf_pcs_reap_signature(struct sheaf_cache *c)
 	struct sheaf_list *pos;
 	for (pos = c->pcs_list.next; pos != &c->pcs_list; pos = pos->next) {
 		struct sheaf_pcs *pcs = sheaf_container_of(pos, struct sheaf_pcs, link);
-		for (int i = 0; i < SHEAF_STAT_NR; i++)
-			sig = (sig ^ sheaf_rd(pcs->stat[i])) * 0x100000001B3ull;
-		sig = (sig ^ sheaf_rd(pcs->cached)) * 0x100000001B3ull;
+		sig = sheaf_sig_mix(pcs_signature(sig, pcs), sheaf_rd(pcs->cached));
 	}
 	pthread_mutex_unlock(&c->pcs_lock);
 	return sig;

@@ -51,7 +51,7 @@ static pthread_cond_t reaper_cond;
 static pthread_t reaper_thread;
 static bool reaper_running;      /* a thread exists (joinable) */
 static bool reaper_stop;         /* ask it to exit */
-static atomic_int reaper_kicked; /* a start was attempted in this process */
+atomic_int sheaf_reaper_kicked; /* internal.h */
 static atomic_ulong reaper_rounds;
 
 /* What changes when the cache's slow paths, barns or slabs are used, read racily and
@@ -61,16 +61,16 @@ static uint64_t probe(struct sheaf_cache *c, long *slabs)
 {
 	uint64_t s = sheaf_pcs_reap_signature(c);
 	for (int i = 0; i < SHEAF_STAT_NR; i++)
-		s = (s ^ atomic_load_explicit(&c->stat_atomic[i], memory_order_relaxed)) * 0x100000001B3ull;
+		s = sheaf_sig_mix(s, atomic_load_explicit(&c->stat_atomic[i], memory_order_relaxed));
 	*slabs = 0;
 	for (int i = 0; i < sheaf_g.nnodes; i++) {
 		struct sheaf_node *n = c->node[i];
 		long ns = atomic_load_explicit(&n->nr_slabs, memory_order_relaxed);
 		*slabs += ns;
-		s = (s ^ sheaf_rd(n->barn.nr_locks)) * 0x100000001B3ull;
-		s = (s ^ sheaf_rd(n->barn.nr_full) ^ ((uint64_t)sheaf_rd(n->barn.nr_empty) << 32)) *
-		    0x100000001B3ull;
-		s = (s ^ (uint64_t)ns ^ ((uint64_t)sheaf_rd(n->nr_partial) << 32)) * 0x100000001B3ull;
+		s = sheaf_sig_mix(s, sheaf_rd(n->barn.nr_locks));
+		s = sheaf_sig_mix(s, sheaf_rd(n->barn.nr_full) |
+					     (uint64_t)sheaf_rd(n->barn.nr_empty) << 32);
+		s = sheaf_sig_mix(s, (uint64_t)ns ^ (uint64_t)sheaf_rd(n->nr_partial) << 32);
 	}
 	return s;
 }
@@ -152,12 +152,12 @@ static void *reaper_main(void *arg)
 
 void sheaf_reaper_kick(void)
 {
-	if (sheaf_likely(atomic_load_explicit(&reaper_kicked, memory_order_relaxed)))
+	if (sheaf_likely(atomic_load_explicit(&sheaf_reaper_kicked, memory_order_relaxed)))
 		return;
 	if (atomic_load_explicit(&sheaf_g.init_state, memory_order_acquire) != 2 ||
 	    sheaf_option_long(SHEAF_OPT_REAP_MS) <= 0)
 		return;
-	if (atomic_exchange(&reaper_kicked, 1))
+	if (atomic_exchange(&sheaf_reaper_kicked, 1))
 		return;
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -175,15 +175,6 @@ void sheaf_reaper_kick(void)
 	if (reaper_running)
 		pthread_setname_np(reaper_thread, "sheaf-reaper");
 	pthread_mutex_unlock(&reaper_lock);
-}
-
-void sheaf_reaper_kick_if_big(void)
-{
-	if (sheaf_likely(atomic_load_explicit(&reaper_kicked, memory_order_relaxed)))
-		return;
-	if (sheaf_rd(sheaf_heap.next_block) << SHEAF_BLOCK_SHIFT < SHEAF_REAP_MALLOC_START)
-		return;
-	sheaf_reaper_kick();
 }
 
 void sheaf_reaper_stop(void)
@@ -225,7 +216,7 @@ void sheaf_reaper_fork_child(void)
 	 * multi-threaded, and after such a fork POSIX allows only async-signal-safe calls
 	 * until exec.  Starting a thread there deadlocked on an allocator lock the fork
 	 * had copied held (ASan's, unit/test_malloc_threads); TSan kills such a child. */
-	atomic_store(&reaper_kicked, 1);
+	atomic_store(&sheaf_reaper_kicked, 1);
 }
 
 /* Unlink @c from the cache list once the reaper is not visiting it (destroy). */
