@@ -13,7 +13,7 @@ set -euo pipefail
 PACKAGES=(
 	build-essential  # gcc, g++, make, binutils (objdump for tools/fastpath-golden.sh)
 	cmake ninja-build pkg-config git
-	liburcu-dev      # RCU-deferred free (src/rcu_free.c), linked by libsheaf
+	liburcu-dev      # RCU-deferred free (src/rcu/rcu_free.c), linked by libsheaf
 	libnuma-dev      # topology helpers
 	valgrind         # memcheck runs of the tests
 	clang            # second compiler (STYLE R13)

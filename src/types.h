@@ -61,8 +61,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "list.h"
+#include "base/config.h"
+#include "base/list.h"
 #include "sheaf.h"
 #include "sheaf_stats.h"
 

@@ -10,7 +10,7 @@
 # Usage: test_debug_preload.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 build=$(cd "$1" && pwd)
-lib=$build/src/preload/libsheaf-malloc.so
+lib=$build/src/malloc/preload/libsheaf-malloc.so
 work=$build/debug-tools
 mkdir -p "$work"
 n=0

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # test_preload_api.sh - the allocation contracts through the names that
-# libsheaf-malloc.so exports (C: src/preload/preload_check.c, C++:
+# libsheaf-malloc.so exports (C: src/malloc/preload/preload_check.c, C++:
 # preload_check_cxx.cc), first without the preload (glibc must pass: this
 # checks the checks), then with it; the counter must show the calls were ours.
-. "$2/src/preload/preload_test_lib.sh" "$1" "$2"
+. "$2/src/malloc/preload/preload_test_lib.sh" "$1" "$2"
 
-check=$BUILD/src/preload/sheaf-preload-check
-checkxx=$BUILD/src/preload/sheaf-preload-check-cxx
+check=$BUILD/src/malloc/preload/sheaf-preload-check
+checkxx=$BUILD/src/malloc/preload/sheaf-preload-check-cxx
 
 # A library with dynamic TLS for the dlopen check: its TLS blocks are
 # allocated through malloc by the dynamic loader, per thread, and freed at

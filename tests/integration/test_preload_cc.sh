@@ -4,7 +4,7 @@
 # a generated 12-file program (the driver, cc1, as, collect2 and ld all
 # preloaded).  Every object file must be byte-identical to the one built on
 # glibc's malloc, and the program must run and print the expected result.
-. "$2/src/preload/preload_test_lib.sh" "$1" "$2"
+. "$2/src/malloc/preload/preload_test_lib.sh" "$1" "$2"
 CC=${CC:-gcc}
 command -v "$CC" >/dev/null || { echo "skipped: $CC not installed"; exit 0; }
 

@@ -6,7 +6,7 @@
 # blame, rev-list, a full repack with delta search (threads, zlib, large
 # buffers), gc and fsck, all preloaded.  The results must equal glibc's run
 # on the same repository.
-. "$2/src/preload/preload_test_lib.sh" "$1" "$2"
+. "$2/src/malloc/preload/preload_test_lib.sh" "$1" "$2"
 command -v git >/dev/null || { echo "skipped: git not installed"; exit 0; }
 
 export GIT_CONFIG_NOSYSTEM=1 HOME=$WORK GIT_AUTHOR_DATE= GIT_COMMITTER_DATE=

@@ -6,7 +6,7 @@
 # strings and lists, threads that free each other's objects, ctypes calling
 # the C allocator directly, a fork), then modules of the standard library's
 # regression suite (Debian libpython3.11-testsuite).
-. "$2/src/preload/preload_test_lib.sh" "$1" "$2"
+. "$2/src/malloc/preload/preload_test_lib.sh" "$1" "$2"
 PY=/usr/bin/python3
 [ -x $PY ] || { echo "skipped: $PY not installed"; exit 0; }
 $PY -c 'import test.support' 2>/dev/null ||

@@ -5,7 +5,7 @@
 # a recursive CTE, VACUUM) under libsheaf-malloc.so, with per-CPU and with
 # per-thread sheaves; its output must be identical to the same run on glibc's
 # malloc, and the counter must show the calls were served by Sheaf.
-. "$2/src/preload/preload_test_lib.sh" "$1" "$2"
+. "$2/src/malloc/preload/preload_test_lib.sh" "$1" "$2"
 command -v sqlite3 >/dev/null || { echo "skipped: sqlite3 not installed"; exit 0; }
 
 gen() {

@@ -26,7 +26,7 @@
 
 #include "harness.h"
 #include "internal.h"
-#include "rseq.h"
+#include "percpu/rseq.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -1,4 +1,4 @@
-/* D6 barn trimming (src/barn.c): what sat unused in a barn through its intervals is
+/* D6 barn trimming (src/barn/barn.c): what sat unused in a barn through its intervals is
  * given back gradually; a barn that a batch drains and refills every interval is left
  * alone, so the batch keeps cycling through sheaves instead of slabs. */
 #include "harness.h"

@@ -1,7 +1,7 @@
 /* Each layer alone: page heap lookups, slabs, barns, sheaves (STYLE R14). */
 #include "harness.h"
 #include "internal.h"
-#include "track.h"
+#include "base/track.h"
 
 #include <sheaf.h>
 #include <sheaf_stats.h>

@@ -9,8 +9,8 @@
 #include <time.h>
 
 #include "harness.h"
-#include "malloc_internal.h"
-#include "sizeclass.h"
+#include "malloc/malloc_internal.h"
+#include "malloc/sizeclass.h"
 
 
 static bool aligned(const void *p, size_t a)

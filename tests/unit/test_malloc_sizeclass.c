@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_malloc_sizeclass.c - the size-class ladder (src/sizeclass.h): lookup
+ * test_malloc_sizeclass.c - the size-class ladder (src/malloc/sizeclass.h): lookup
  * gives the smallest class that fits, the stated fragmentation bound holds
  * for every size, and the class alignments are what aligned allocation
  * relies on.
  */
 #include "harness.h"
-#include "sizeclass.h"
+#include "malloc/sizeclass.h"
 
 static void t_lookup_is_smallest_fit(void)
 {

@@ -11,8 +11,8 @@
 #include <stdatomic.h>
 
 #include "harness.h"
-#include "malloc_internal.h"
-#include "sizeclass.h"
+#include "malloc/malloc_internal.h"
+#include "malloc/sizeclass.h"
 
 
 static atomic_int stop;

@@ -1,4 +1,4 @@
-/* The background reaper (src/reaper.c, SHEAF_REAP_MS=100 here): an idle cache's
+/* The background reaper (src/cache/reaper.c, SHEAF_REAP_MS=100 here): an idle cache's
  * sheaves, barn and free pages go back to the OS without a call; a cache is never
  * destroyed under it; a forked child gets its own. */
 #include "harness.h"
@@ -78,7 +78,7 @@ static void test_idle_cache_returned(void)
 		CHECK(b.bytes_from_os <= (64u << 10));
 	} else {
 		/* Per-thread mode: this (idle) thread's two sheaves stay until its next
-		 * slow path (src/reaper.c); the barn and the other slabs go back. */
+		 * slow path (src/cache/reaper.c); the barn and the other slabs go back. */
 		CHECK(b.objects_cached <= 2 * b.sheaf_capacity);
 		CHECK(b.bytes_from_os <= 2 * b.sheaf_capacity * b.slot_size + (64u << 10));
 	}
@@ -144,7 +144,7 @@ static void test_busy_cache(void)
 static void child_reaper(void *arg)
 {
 	(void)arg;
-	/* The child of a multi-threaded fork starts no thread (src/reaper.c): no reaper
+	/* The child of a multi-threaded fork starts no thread (src/cache/reaper.c): no reaper
 	 * here, and the caches work, shrink included. */
 	struct sheaf_cache *c = sheaf_cache_create("reap-child", 256, NULL);
 	if (!c)

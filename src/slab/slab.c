@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "track.h"
+#include "base/track.h"
 
 #define FC_LOAD(s) atomic_load_explicit(&(s)->sl_fc, memory_order_acquire)
 

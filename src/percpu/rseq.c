@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "rseq.h"
+#include "percpu/rseq.h"
 
 /* glibc 2.35+ (weak: absent on older glibc, then per-thread mode). */
 extern const ptrdiff_t __rseq_offset __attribute__((weak));

@@ -72,7 +72,7 @@
 
 #include "sheaf.h"
 #include "sheaf_debug.h"
-#include "debug_objects.h"
+#include "debug/debug_objects.h"
 #include "internal.h"
 
 /* Buckets are keyed by 256-byte chunks: small enough that the records of

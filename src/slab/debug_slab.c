@@ -46,7 +46,7 @@
 #include <dlfcn.h>
 
 #include "internal.h"
-#include "track.h"
+#include "base/track.h"
 
 #define POISON_FREE 0x6b
 #define POISON_END 0xa5

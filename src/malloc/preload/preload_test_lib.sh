@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # preload_test_lib.sh - sourced by tests/integration/test_preload_*.sh.
-# Usage in a test:  . "$2/src/preload/preload_test_lib.sh" "$1" "$2"
+# Usage in a test:  . "$2/src/malloc/preload/preload_test_lib.sh" "$1" "$2"
 # Provides: $LIB (libsheaf-malloc.so), $WORK (a temporary directory removed at
 # exit), preloaded CMD... (runs CMD with the library preloaded and every
 # process's call counts appended to $STATS), require_served MIN PROG (fails
@@ -9,7 +9,7 @@ set -euo pipefail
 
 BUILD=$(cd "$1" && pwd)
 SRC=$(cd "$2" && pwd)
-LIB=$BUILD/src/preload/libsheaf-malloc.so
+LIB=$BUILD/src/malloc/preload/libsheaf-malloc.so
 
 # A sanitizer runtime intercepts malloc itself: preloading Sheaf under it would
 # test the sanitizer's allocator, not ours (and ASan must be first in the

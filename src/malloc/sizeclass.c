@@ -5,7 +5,7 @@
  * constant data, so the class of a size is known before anything is
  * initialised (malloc can be called by the dynamic loader).
  */
-#include "sizeclass.h"
+#include "malloc/sizeclass.h"
 
 const uint32_t sheaf_sc_size[SHEAF_SC_COUNT] = {
 	8, 16, 32, 48, 64, 80, 96, 112, 128,                    /* quantum 16 B */

@@ -82,7 +82,7 @@
 #include <urcu/urcu-memb.h>
 
 #include "internal.h"
-#include "track.h"
+#include "base/track.h"
 
 #define RCU_FALLBACK_BATCH 64
 

@@ -25,7 +25,7 @@
  *     re-entry safe without dlsym (peers.md §3 item 6).
  *
  * Anything else is foreign: in libsheaf-malloc.so it may be glibc's (see
- * src/preload/preload.c), otherwise it is reported.
+ * src/malloc/preload/preload.c), otherwise it is reported.
  *
  * Locks (none is held while calling into the core except sc_lock):
  *   sc_lock      class-cache creation; taken before the core's locks.
@@ -43,8 +43,8 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "malloc_internal.h"
-#include "sizeclass.h"
+#include "malloc/malloc_internal.h"
+#include "malloc/sizeclass.h"
 
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)

@@ -30,7 +30,7 @@ struct opt {
 
 /* The reaper (reaper.c) is on by default, except under ThreadSanitizer: TSan kills a
  * forked child that starts a thread when the parent had more than one. */
-#include "rseq.h" /* SHEAF_RSEQ_TSAN */
+#include "percpu/rseq.h" /* SHEAF_RSEQ_TSAN */
 #if SHEAF_RSEQ_TSAN
 #define SHEAF_REAP_MS_DEFAULT "0"
 #else

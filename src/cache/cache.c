@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "internal.h"
-#include "rseq.h"
-#include "track.h"
+#include "percpu/rseq.h"
+#include "base/track.h"
 
 struct sheaf_globals sheaf_g = {
 	.caches_lock = PTHREAD_MUTEX_INITIALIZER,

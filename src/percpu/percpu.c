@@ -50,7 +50,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "rseq.h"
+#include "percpu/rseq.h"
 
 static __thread struct sheaf_tcache *tls_tc;
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * preload.c - libsheaf-malloc.so: the malloc front end (src/malloc.c) under
+ * preload.c - libsheaf-malloc.so: the malloc front end (src/malloc/malloc.c) under
  * the names of the C library and of the C++ runtime, for LD_PRELOAD (DESIGN
  * §6).  The library also contains the whole core (built from the same
  * objects as libsheaf), so a preloaded process has exactly one Sheaf.
@@ -51,7 +51,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "malloc_internal.h"
+#include "malloc/malloc_internal.h"
 #include "preload.h"
 
 #define likely(x) __builtin_expect(!!(x), 1)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * malloc_internal.h - the malloc front end's functions shared with the
- * preload library (src/preload/) and the unit tests.  The POSIX and glibc
+ * preload library (src/malloc/preload/) and the unit tests.  The POSIX and glibc
  * entry points with their exact error conventions live here, so that the
  * preload library is a thin layer of names and counters and the conventions
  * are unit-tested without LD_PRELOAD.
@@ -15,10 +15,10 @@
 #include <stdint.h>
 
 #include "internal.h"
-#include "rseq.h"
+#include "percpu/rseq.h"
 #include "sheaf_malloc.h"
-#include "sizeclass.h"
-#include "track.h"
+#include "malloc/sizeclass.h"
+#include "base/track.h"
 
 /* ---- malloc.c: the fast paths, inline (STYLE R8) -------------------------------- */
 
@@ -175,7 +175,7 @@ void sheaf_malloc_extent_cache_stat(size_t *count, size_t *bytes);
 #define SHEAF_MALLOC_EXTENT_CACHE_BYTES (64u << 20)  /* at most 64 MiB cached */
 #define SHEAF_MALLOC_EXTENT_CACHE_ONE (32u << 20)    /* larger extents are never cached */
 
-/* ---- src/preload/preload.c: memory of the system allocator ------------------- */
+/* ---- src/malloc/preload/preload.c: memory of the system allocator ------------------- */
 
 /* Defined only in libsheaf-malloc.so (weak here, NULL in libsheaf): a pointer
  * that is neither a Sheaf object, an extent nor bootstrap memory may belong
