@@ -51,14 +51,14 @@ struct sheaf_prefilled;
 #define SHEAF_DEBUG_CONSISTENCY 0x0080u /* consistency checks on every operation */
 #define SHEAF_DEBUG_ALL        0x00f0u
 /* Behave like Linux 7.0 (for comparison in benchmarks): size-tier sheaf
- * capacity, barn limits 10/10 and none of DESIGN D1-D7 (no barn on memoryless
+ * capacity, barn limits 10/10 and none of D1-D7 (no barn on memoryless
  * nodes, remote-node objects bypass sheaves, fixed barn limits, global RCU
  * barrier on destroy). */
 #define SHEAF_KERNEL_COMPAT    0x0100u
 
 struct sheaf_cache_args {
 	size_t align;                /* 0: natural (8, or 16 for sizes >= 16) */
-	unsigned int sheaf_capacity; /* 0: default (DESIGN D1); otherwise exactly this */
+	unsigned int sheaf_capacity; /* 0: default (D1); otherwise exactly this */
 	unsigned int flags;          /* SHEAF_* above */
 	void (*ctor)(void *);        /* run once per object when its slab is created */
 };
@@ -100,7 +100,7 @@ SHEAF_API void sheaf_cache_shrink(struct sheaf_cache *c);
 
 /* ---- Extensions ---------------------------------------------------------- */
 
-/* Change the sheaf capacity at run time (DESIGN D2).  Sheaves of the old
+/* Change the sheaf capacity at run time (D2).  Sheaves of the old
  * capacity drain lazily.  Returns 0 or -EINVAL. */
 SHEAF_API int sheaf_cache_set_capacity(struct sheaf_cache *c, unsigned int capacity);
 SHEAF_API const char *sheaf_cache_name(const struct sheaf_cache *c);
@@ -108,7 +108,7 @@ SHEAF_API size_t sheaf_cache_object_size(const struct sheaf_cache *c);
 /* The cache that owns @obj, or NULL if Sheaf's slabs do not hold it. */
 SHEAF_API struct sheaf_cache *sheaf_cache_of(const void *obj);
 
-/* RCU-deferred free (DESIGN §4).  The object keeps its contents until a grace
+/* RCU-deferred free (docs/rcu.md).  The object keeps its contents until a grace
  * period of the selected liburcu flavour has ended, then returns to the
  * cache (as part of a full sheaf in the barn when possible). */
 SHEAF_API void sheaf_cache_free_rcu(struct sheaf_cache *c, void *obj);

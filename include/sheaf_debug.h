@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * sheaf_debug.h - debug objects: life-cycle tracking of program-defined
- * objects (DESIGN §5, STYLE R11), after the Linux kernel's debugobjects.
+ * objects (docs/debugging.md), after the Linux kernel's debugobjects.
  *
  * A program describes each kind of object it wants tracked (timers, work
  * items, requests) with a struct sheaf_debug_obj_descr and calls the

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * sheaf_malloc.h - a malloc built on Sheaf caches (DESIGN §6).
+ * sheaf_malloc.h - a malloc built on Sheaf caches (docs/malloc.md).
  *
  * Small requests are served by size-class caches (each a Sheaf cache with
  * sheaves); large requests by mmap'd extents with a small cache of recently

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * sheaf_stats.h - per-cache statistics (DESIGN §8, STYLE R10).
+ * sheaf_stats.h - per-cache statistics (docs/stats.md).
  *
  * Events are defined once in SHEAF_STAT_EVENTS (the kernel's K§6.1 names) and
  * counted with plain per-CPU (or per-thread) increments, summed on read, so a
@@ -48,7 +48,7 @@ extern "C" {
 	X(SHEAF_RETURN_SLOW, "returned prefilled sheaf went to the barn or was flushed")        \
 	X(SHEAF_SWAP, "main and spare swapped without touching the barn")                       \
 	X(PCS_LOCK_FAIL, "per-CPU lock found held: fell back to the slab path")                 \
-	X(BARN_TRIM, "sheaves given back by the EWMA barn trimmer (DESIGN D6)")                 \
+	X(BARN_TRIM, "sheaves given back by the EWMA barn trimmer (D6)")                        \
 	X(RCU_SHEAF_QUEUED, "rcu sheaves handed to call_rcu")                                  \
 	X(RCU_SHEAF_DONE, "rcu sheaves whose grace period ended")                               \
 	X(RCU_FALLBACK_BATCH, "fallback batches of free_rcu objects handed to call_rcu")

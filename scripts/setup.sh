@@ -16,7 +16,7 @@ PACKAGES=(
 	liburcu-dev      # RCU-deferred free (src/rcu/rcu_free.c), linked by libsheaf
 	libnuma-dev      # topology helpers
 	valgrind         # memcheck runs of the tests
-	clang            # second compiler (STYLE R13)
+	clang            # second compiler, for a clang build of the tree
 	clang-format     # .clang-format at the root
 	python3 python3-matplotlib  # benchmark report and plots (issue 8)
 	# Peers measured by the benchmarks (issue 8), loaded with LD_PRELOAD or dlopen.

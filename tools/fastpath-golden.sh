@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 #
 # fastpath-golden.sh - count the instructions of the release-build fast paths of
-# sheaf_cache_alloc and sheaf_cache_free (STYLE R8, issue 4) and compare them with the
+# sheaf_cache_alloc and sheaf_cache_free (issue 4: the fast path must stay short) and compare them with the
 # committed golden file tools/fastpath-golden.txt.
 #
 # Usage: tools/fastpath-golden.sh [--update] [--show] LIBSHEAF.so [GOLDEN]

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * harness.h - Sheaf's test harness (STYLE R14): TAP output, CHECK macros that
+ * harness.h - Sheaf's test harness: TAP output, CHECK macros that
  * count failures, and a helper that runs a function in a child process and
  * captures its exit status and stderr (for misuse tests that must abort).
  */

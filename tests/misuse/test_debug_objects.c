@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_debug_objects.c - the debug-objects tracker (DESIGN §5, STYLE R11):
+ * test_debug_objects.c - the debug-objects tracker (docs/debugging.md):
  * every misuse is reported with type, address, state and call site (checked
  * in a child process), fix-ups run and are counted, legal life cycles are
  * silent, and the record pool keeps its books in both modes.

@@ -4,7 +4,7 @@
  * test_percpu_stress.c (default mode: per-CPU with rseq where available),
  * test_percpu_stress_thread.c (SHEAF_PERCPU=thread) and test_percpu_stress_norseq.c
  * (GLIBC_TUNABLES=glibc.pthread.rseq=0).  A header of static functions rather than an
- * included .c (STYLE R1); each test file only says which mode it expects.
+ * included .c, so each test compiles as one translation unit; each test file only says which mode it expects.
  *
  * What it does, with 4x and then 32x more threads than online CPUs:
  *   - every thread allocates batches, writes an owner tag into each object and checks

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_rcu_readers.c - readers inside rcu_read_lock() never see an object freed with
- * sheaf_cache_free_rcu() reused or poisoned before they leave (DESIGN §4, issue 5).
+ * sheaf_cache_free_rcu() reused or poisoned before they leave (docs/rcu.md, issue 5).
  *
  * Writers replace objects in shared slots (publish the new one, free_rcu the old
  * one); readers, registered with liburcu's memb flavour (Sheaf's default), take a

@@ -1,4 +1,4 @@
-/* Multi-threaded stress (STYLE R14): 8+ threads with fixed seeds, objects freed by
+/* Multi-threaded stress: 8+ threads with fixed seeds, objects freed by
  * other threads through a shared exchange table, thread churn in waves, content checks,
  * bulk and prefilled sheaves mixed in, and a shrinker thread; at the end the
  * conservation check must balance. */

@@ -1,4 +1,4 @@
-/* Each layer alone: page heap lookups, slabs, barns, sheaves (STYLE R14). */
+/* Each layer alone: page heap lookups, slabs, barns, sheaves. */
 #include "harness.h"
 #include "internal.h"
 #include "base/track.h"

@@ -2,7 +2,7 @@
 /*
  * test_rcu_dlclose.c - liburcu's rule for libraries that use call_rcu(): no callback
  * may outlive the library's code.  sheaf_cache_destroy() waits only for its own cache
- * (DESIGN D5) and leaves an orphaned grace-period ticket's callback queued in liburcu,
+ * (D5) and leaves an orphaned grace-period ticket's callback queued in liburcu,
  * so libsheaf waits for its pending callbacks in its destructor.  This test dlopen()s
  * libsheaf.so, leaves callbacks pending (a destroyed cache's orphaned ticket, a live
  * cache's ticket, deferred page frees of a TYPESAFE_BY_RCU cache), dlclose()s it, and

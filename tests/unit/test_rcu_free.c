@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_rcu_free.c - RCU-deferred free (DESIGN §4, D5; issue 5): the per-cache
+ * test_rcu_free.c - RCU-deferred free (docs/rcu.md, D5; issue 5): the per-cache
  * barrier and its statistics, contents kept until the grace period, destroy with
  * frees in flight, thread exit with a partly filled rcu_free sheaf, the batched
  * fallback, flavour selection and misuse.  Readers use liburcu's memb flavour
