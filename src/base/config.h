@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * config.h - build ladders, constants and compiler helpers (STYLE R6).
+ * config.h - build ladders, constants and compiler helpers.
  *
  * SHEAF_DEBUG (CMake -DSHEAF_DEBUG=n):
  *   0  public checks only (bad pointers, double free where cheap)
@@ -55,7 +55,8 @@ static const int sheaf_config_debug = SHEAF_DEBUG;
 /* K§2.7: flush batch. */
 #define SHEAF_PCS_BATCH 32
 
-/* Assertions (STYLE R7): the handler formats on the stack and never allocates. */
+/* Assertions: the handler formats on the stack and never allocates, since it runs when the
+ * heap may be corrupt. */
 void sheaf_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn, cold));
 #define sheaf_assert(e) ((void)(sheaf_likely(e) ? 0 : (sheaf_assert_fail(#e, __FILE__, __LINE__), 0)))
 #define sheaf_assert_internal(e) \

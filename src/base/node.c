@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * node.c - CPU and NUMA topology (DESIGN §7, D3).
+ * node.c - CPU and NUMA topology (D3; SHEAF_FAKE_NUMA in docs/options.md).
  *
  * Real topology comes from sysfs (/sys/devices/system/{cpu,node}); a fake one from
  * SHEAF_FAKE_NUMA so that tests and benchmarks exercise remote-node frees and memoryless

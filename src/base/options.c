@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * options.c - every run-time option in one table (STYLE R9, DESIGN §8).
+ * options.c - every run-time option in one table (docs/options.md).
  *
  * Sources, later ones winning: the compiled default; SHEAF_OPTIONS="a=1,b=2"; the
  * variable SHEAF_<NAME>; sheaf_option_set() before initialisation.  Read once at
@@ -40,7 +40,7 @@ struct opt {
 static struct opt opts[SHEAF_OPT_NR] = {
 	[SHEAF_OPT_STATS] = OPT("STATS", OPT_BOOL, "0", "print every cache's statistics at exit (1: text, json: JSON)", "stable"),
 	[SHEAF_OPT_ON_ERROR] = OPT("ON_ERROR", OPT_STR, "abort", "abort | warn: what a detected misuse does (warn reports and leaks the object)", "stable"),
-	[SHEAF_OPT_SHEAF_CAPACITY] = OPT("SHEAF_CAPACITY", OPT_LONG, "0", "sheaf capacity of every cache without an explicit one (0: DESIGN D1 default)", "stable"),
+	[SHEAF_OPT_SHEAF_CAPACITY] = OPT("SHEAF_CAPACITY", OPT_LONG, "0", "sheaf capacity of every cache without an explicit one (0: D1 default)", "stable"),
 	[SHEAF_OPT_FAKE_NUMA] = OPT("FAKE_NUMA", OPT_STR, "", "fake topology: \"N\" nodes, CPU i on node i % N; \"N:memoryless=1,3\" makes nodes 1 and 3 memoryless", "stable"),
 	[SHEAF_OPT_PERCPU] = OPT("PERCPU", OPT_STR, "auto", "auto | rseq | thread: per-CPU sheaves with rseq, or per-thread sheaves", "stable"),
 	[SHEAF_OPT_HEAP_GB] = OPT("HEAP_GB", OPT_LONG, "64", "address space reserved for slabs, GiB (halved until the reservation succeeds)", "stable"),

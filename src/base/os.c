@@ -2,7 +2,7 @@
 /*
  * os.c - the operating-system contract: mappings, time, the current CPU, and the error
  * reporter.  Nothing here allocates: the reporter formats on the stack and write(2)s,
- * because it runs when the heap may be corrupt (STYLE R7, DESIGN §8).
+ * because it runs when the heap may be corrupt.
  */
 #include <errno.h>
 #include <sched.h>
@@ -35,7 +35,7 @@ void sheaf_os_unmap(void *p, size_t size)
 void sheaf_os_purge(void *p, size_t size)
 {
 	/* MADV_DONTNEED, not MADV_FREE: RSS must drop at once, or users see "memory not
-	 * returned" (peers.md §3 item 1). */
+	 * returned", the complaint most often filed against other allocators. */
 	madvise(p, size, MADV_DONTNEED);
 }
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * track.h - tell Valgrind's memcheck and AddressSanitizer which Sheaf memory
- * the program may touch (STYLE R13, mimalloc's track.h).
+ * the program may touch (after mimalloc's track.h).
  *
  * Without these, both tools see only big mmap'd slabs: a use after free or
  * an overflow into a neighbouring object of a Sheaf cache goes unnoticed.

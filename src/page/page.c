@@ -3,7 +3,7 @@
  * page.c - the page provider: slab memory from one reserved range of address space.
  *
  * Why one range: the free fast path must tell, in O(1) and for *any* pointer, whether
- * Sheaf owns it (DESIGN §1).  With every slab inside [base, base + size), that is one
+ * Sheaf owns it.  With every slab inside [base, base + size), that is one
  * subtraction and one compare, then a load from a flat page map (8 bytes per 4 KiB
  * page) that holds the owning cache node -- the key the fast path compares with its
  * sheaf's key.  Foreign pointers, pointers into free pages and into metadata (which
@@ -12,8 +12,8 @@
  * The range is reserved PROT_NONE (no commit charge) and committed in 2 MiB blocks.
  * Inside a block pages are handed out by a binary buddy allocator (orders 0..8), so a
  * slab of 2^k pages is 2^k-page aligned.  Freed pages are given back with MADV_DONTNEED
- * with a delay and a floor (peers.md §2.10 point 4: prompt purging of memory that is
- * reused at once costs the peers up to 6x): free runs stay resident while the dirty
+ * with a delay and a floor (jemalloc and mimalloc, purging large blocks at once, were 6x
+ * slower on a large-allocation benchmark): free runs stay resident while the dirty
  * total is under max(4 MiB, mapped / 8) and younger than a second; past that, the
  * largest dirty runs of SHEAF_PURGE_ORDER (64 KiB) or more are purged, whole free
  * blocks first, together with their slices of the page map and descriptor array.
