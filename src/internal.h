@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * internal.h - cross-file prototypes, grouped by the file that defines them (STYLE R2).
+ * internal.h - cross-file prototypes, grouped by the file that defines them.
  * Everything here is hidden (-fvisibility=hidden) and prefixed sheaf_<module>_.
  */
 #ifndef SHEAF_INTERNAL_H
@@ -33,7 +33,7 @@ void sheaf_report_error(const struct sheaf_cache *c, const void *addr, const cha
  * fails (as if mmap failed) until reset with -1. */
 void sheaf_os_inject_heap_failure(long n);
 
-/* ---- "options.c": one table of options (STYLE R9) ----------------------------------- */
+/* ---- "options.c": one table of options (docs/options.md) ---------------------------- */
 enum sheaf_option_id {
 	SHEAF_OPT_STATS,
 	SHEAF_OPT_ON_ERROR,
@@ -60,7 +60,7 @@ long sheaf_option_long(enum sheaf_option_id id);
 const char *sheaf_option_str(enum sheaf_option_id id);
 void sheaf_options_print(FILE *f);
 
-/* ---- "node.c": topology (DESIGN §7) ------------------------------------------------- */
+/* ---- "node.c": topology (D3) --------------------------------------------------------- */
 int sheaf_node_topology_init(void);
 static inline int sheaf_cpu_to_node(int cpu)
 {
@@ -143,7 +143,7 @@ bool sheaf_slab_node_is_valid(struct sheaf_node *n);
 /* Release every slab of @n whose objects are all free; returns objects still in use. */
 uint64_t sheaf_slab_node_release(struct sheaf_node *n);
 
-/* ---- "barn.c" (K§1.3, DESIGN D6) --------------------------------------------------- */
+/* ---- "barn.c" (K§1.3, D6) ---------------------------------------------------------- */
 void sheaf_barn_init(struct sheaf_barn *b, bool enabled, bool compat);
 /* Soft limits for a barn whose full sheaves hold @sheaf_bytes of objects each (D6). */
 void sheaf_barn_set_limits(struct sheaf_barn *b, size_t sheaf_bytes);

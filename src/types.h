@@ -86,7 +86,7 @@ struct sheaf_sheaf {
 };
 #define SHEAF_SHEAF_HDR ((uint32_t)sizeof(struct sheaf_sheaf))
 
-/* ---- Barn: per node per cache, full and empty sheaves (K§1.3, DESIGN D6) ------------- */
+/* ---- Barn: per node per cache, full and empty sheaves (K§1.3, D6) -------------------- */
 
 /* A barn's sheaves are LIFO stacks linked through sheaf->link.next (NULL-terminated):
  * taking or giving a sheaf touches the barn and that sheaf only, never a neighbour's

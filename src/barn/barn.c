@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * barn.c - per-node depot of full and empty sheaves (K§1.3, DESIGN D6).
+ * barn.c - per-node depot of full and empty sheaves (K§1.3, D6).
  *
- * Every operation takes barn->lock once and moves whole sheaves (peers.md §2.10: the
- * middle layer must never move single objects).  nr_full and nr_empty are read racily
- * by callers to fail fast without the lock.
+ * Every operation takes barn->lock once and moves whole sheaves (a middle layer that
+ * moves single objects under one lock is what makes allocators collapse when objects
+ * cross CPUs).  nr_full and nr_empty are read racily by callers to fail fast without
+ * the lock.
  *
  * D6, working-set trimming: Linux 7.0 caps a barn at 10 full and 10 empty sheaves and
  * empties it only on shrink.  Sheaf keeps those caps as upper bounds but, like Bonwick's

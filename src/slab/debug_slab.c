@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * debug_slab.c - debug caches: red zones, poisoning, store-user and
- * consistency checks, with the kernel's slab_debug= semantics (DESIGN §8,
- * K§3, STYLE R11).
+ * consistency checks, with the kernel's slab_debug= semantics
+ * (docs/debugging.md; K§3).
  *
  * A cache is a debug cache when it is created with SHEAF_DEBUG_* flags or
  * its name is selected by the SLAB_DEBUG option:
