@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cache.c - cache creation and destruction, geometry (K§1.6, K§3, DESIGN D1), and the
+ * cache.c - cache creation and destruction, geometry (K§1.6, K§3, D1), and the
  * public allocation entry points: single, bulk (K§2.8) and prefilled sheaves (K§5).
  *
  * The fast paths (design §6) sit at the top of sheaf_cache_alloc/sheaf_cache_free and
  * fit on one screen: pop or push on the current main sheaf, one unlikely branch to a
- * noinline slow path (STYLE R8).
+ * noinline slow path, so that the common case costs a handful of instructions
+ * (tools/fastpath-golden.sh counts them).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -360,7 +361,7 @@ SHEAF_API void sheaf_cache_destroy(struct sheaf_cache *c)
 {
 	if (!c)
 		return;
-	/* DESIGN D5: wait for this cache's deferred frees only. */
+	/* D5: wait for this cache's deferred frees only. */
 	sheaf_cache_rcu_barrier(c);
 	/* Unlinked under caches_lock once the reaper is not visiting it (reaper.c). */
 	sheaf_reaper_unlink(c);
@@ -370,8 +371,8 @@ SHEAF_API void sheaf_cache_destroy(struct sheaf_cache *c)
 	for (int i = 0; i < sheaf_g.nnodes; i++)
 		leaked += sheaf_slab_node_release(c->node[i]);
 	if (leaked) {
-		/* DESIGN §4: report, and keep the memory (and the cache, which its slabs
-		 * point to) rather than free anything still in use. */
+		/* Report, and keep the memory (and the cache, which its slabs point to)
+		 * rather than free anything still in use. */
 		sheaf_os_print("sheaf: cache '%s' destroyed with %llu object%s still allocated; their memory is kept",
 			       c->name, (unsigned long long)leaked, leaked == 1 ? "" : "s");
 		return;

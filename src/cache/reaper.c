@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * reaper.c - gives the memory of idle caches back to the OS (DESIGN D6, "memory given
- * back"; peers.md: tcmalloc's background release, jemalloc's background threads).
+ * reaper.c - gives the memory of idle caches back to the OS (D6, "memory given
+ * back", as tcmalloc's background release and jemalloc's background threads do).
  *
  * D6 trims a barn as it is used.  A cache that goes quiet is never used again to
  * trigger that, so without help it would keep its CPUs' sheaves, its barn and its free

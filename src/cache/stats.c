@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * stats.c - statistics defined once (sheaf_stats.h SHEAF_STAT_EVENTS), exported as a
- * versioned struct, aligned text and JSON from one emitter (STYLE R10, DESIGN §8).
+ * versioned struct, aligned text and JSON from one emitter (docs/stats.md).
  */
 #include <errno.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * percpu.c - where a thread finds its sheaves, the per-CPU lock, thread exit, and fork
- * (DESIGN §2, design §6, §7).
+ * (docs/percpu.md; design §6, §7).
  *
  * Per-CPU mode (the default where glibc registered rseq, see rseq.h): CPU k's sheaves
  * are cache->cpu_pcs[k] (created by the first thread that locks CPU k), and its main
@@ -31,7 +31,7 @@
  *     halfway through changing a CPU's sheaves when the child is created.
  * Thread exit needs nothing in per-CPU mode: no thread owns sheaves.
  *
- * Per-thread mode (DESIGN §2 "per-thread fallback"; forced by SHEAF_PERCPU=thread,
+ * Per-thread mode (docs/percpu.md, "Modes"; forced by SHEAF_PERCPU=thread,
  * and wherever rseq is missing): every entry of mainv is the sentinel, so the rseq
  * fast path always fails, and each thread owns one struct sheaf_pcs per cache it used,
  * found by cache id in its struct sheaf_tcache.  Only the owner touches a pcs's

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * rseq.c - finding glibc's rseq area, membarrier, and the per-CPU lock sequence
- * (DESIGN §2, design §6; the fast paths themselves are in rseq.h).
+ * (docs/percpu.md, design §6; the fast paths themselves are in rseq.h).
  *
- * The per-CPU lock of DESIGN §2 is taken inside a restartable sequence on the CPU it
+ * The per-CPU lock (design §6) is taken inside a restartable sequence on the CPU it
  * belongs to, whose commit is `lock cmpxchg mainv[cpu + 2], m -> sentinel`.  Because
  * the commit happens only if the thread was not preempted or migrated since it read
  * cpu_id, no fast path of that CPU can be between its read of m and its commit when

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * rseq.h - restartable sequences for the per-CPU sheaves (DESIGN §2, design §6).
+ * rseq.h - restartable sequences for the per-CPU sheaves (docs/percpu.md, design §6).
  *
  * The fast paths of sheaf_cache_alloc/sheaf_cache_free are restartable sequences on
  * the current CPU's main sheaf, cache->mainv[cpu + 2]:

@@ -94,7 +94,7 @@ void sheaf_pcs_harvest(struct sheaf_pcs *pcs)
 
 void sheaf_pcs_rebase(struct sheaf_pcs *pcs)
 {
-	/* SHEAF_DEBUG=2: every slow path ends with the walkers (STYLE R7). */
+	/* SHEAF_DEBUG=2: every slow path ends with the walkers. */
 	sheaf_assert_expensive(sheaf_sheaf_is_valid(pcs->cache, pcs->main));
 	sheaf_assert_expensive(!pcs->spare || sheaf_sheaf_is_valid(pcs->cache, pcs->spare));
 	sheaf_assert_expensive(pcs->main == &sheaf_sentinel_sheaf ||

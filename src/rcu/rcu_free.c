@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * rcu_free.c - RCU-deferred free in sheaves with a per-cache barrier (DESIGN §4, D5;
- * K§4.2-4.4).  The only file that includes liburcu (STYLE R12).  docs/rcu.md has the
+ * rcu_free.c - RCU-deferred free in sheaves with a per-cache barrier (D5;
+ * K§4.2-4.4).  The only file that includes liburcu, so that the RCU flavour is one
+ * file's choice.  docs/rcu.md has the
  * long version of this comment, with the liburcu obligations and the measurements.
  *
  * ==== Path of an object ====
@@ -845,8 +846,8 @@ void sheaf_rcu_defer_pages(struct sheaf_cache *c, void *mem, unsigned order, int
 }
 
 /* liburcu's rule for libraries that use call_rcu(): callbacks must not outlive the
- * library's code (dlclose).  sheaf_cache_destroy() does not call rcu_barrier() (DESIGN
- * D5), and a ticket a barrier orphaned still has its callback queued, so the library
+ * library's code (dlclose).  sheaf_cache_destroy() does not call rcu_barrier()
+ * (D5), and a ticket a barrier orphaned still has its callback queued, so the library
  * waits here, at unload or process exit, and only when one of its callbacks is pending
  * (a program that just freed with free_rcu pays one rcu_barrier(), 10-20 ms, at exit).
  * Not inside a read-side critical section, where rcu_barrier() cannot wait; not in the
