@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * debug_objects.c - life-cycle tracking of program-defined objects
- * (DESIGN §5, STYLE R11, seed 002), after the kernel's lib/debugobjects.c.
+ * (docs/debugging.md, seed 002), after the kernel's lib/debugobjects.c.
  *
  * Data model.  One record (struct dobj) per tracked object, found through a
  * table of HASH_SIZE buckets keyed by the address's 256-byte chunk, so that a
@@ -226,7 +226,7 @@ static unsigned long long now_ns(void)
 static void thread_exit(void *arg);
 static pthread_mutex_t report_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* fork (DESIGN §6): no tracker lock may be held across it, or the child would
+/* fork (design §7): no tracker lock may be held across it, or the child would
  * hang on its first hook.  Order: the report lock (never held with another),
  * every bucket, then the pool -- the lock order of the hooks. */
 static void fork_prepare(void)
@@ -291,7 +291,8 @@ static inline bool tracker_ready(void)
 {
 	pthread_once(&init_once, tracker_init);
 	/* Debug builds check the state machine and every fix-up path once
-	 * before the first real object (STYLE R11, the kernel's selftest). */
+	 * before the first real object (as the kernel's selftest does), so a broken
+	 * transition fails at start-up rather than in the middle of a report. */
 	if (sheaf_config_debug && enabled &&
 	    sheaf_unlikely(__atomic_load_n(&selftest_state, __ATOMIC_ACQUIRE) == 0))
 		selftest_once();

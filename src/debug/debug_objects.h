@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * debug_objects.h - the core's view of the debug-objects tracker (DESIGN §5).
+ * debug_objects.h - the core's view of the debug-objects tracker (docs/debugging.md).
  *
  * The public API is include/sheaf_debug.h.  When the program tracks its first
  * object, the tracker installs sheaf_debug_objects_check_free() in the core's

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * malloc.c - the malloc front end (DESIGN §6).
+ * malloc.c - the malloc front end (docs/malloc.md).
  *
  * Three kinds of memory, told apart on free in this order:
  *
@@ -8,21 +8,21 @@
  *     created on first use, so malloc and free are the caches' per-CPU sheaf
  *     fast paths (K§2.1-2.6) plus a table lookup (inline, in
  *     malloc_internal.h).  The page map finds the owning cache of any
- *     pointer in O(1) (DESIGN §1), and a pointer whose cache is not one of
+ *     pointer in O(1), and a pointer whose cache is not one of
  *     ours is reported, never followed.
  *  2. Extents (> 32 KiB, or alignment > 4 KiB): page-aligned anonymous
  *     mappings recorded in a sharded hash table keyed by address (no header,
  *     so a foreign pointer is never dereferenced).  Freed extents wait in a
  *     cache (64 MiB, in size bins) for reuse and are unmapped once they
  *     have been idle for 1 s, checked on later large operations: prompt
- *     unmapping of large blocks is what made peers slow on malloc-large
- *     (peers.md §2.10 item 4), keeping them forever is what users complain
- *     about (peers.md §3 item 1).
+ *     unmapping of large blocks is what made jemalloc and mimalloc slow on a
+ *     large-allocation benchmark, keeping them forever is what users of
+ *     allocators complain about most.
  *  3. Bootstrap memory: an allocation made while this thread is inside the
  *     creation of a class cache (the core's first initialisation may read
  *     /sys with stdio, which calls malloc) is served by a bump allocator over
  *     a static arena and never reused.  This is what makes early start-up and
- *     re-entry safe without dlsym (peers.md §3 item 6).
+ *     re-entry safe without dlsym (dlsym itself may allocate).
  *
  * Anything else is foreign: in libsheaf-malloc.so it may be glibc's (see
  * src/malloc/preload/preload.c), otherwise it is reported.
@@ -31,7 +31,8 @@
  *   sc_lock      class-cache creation; taken before the core's locks.
  *   xc.lock      the extent cache.
  *   shard locks  the extent registry, one per shard; never nested.
- * All are taken by the fork handlers in that order (peers.md §3 item 7).
+ * All are taken by the fork handlers in that order, so that a child never inherits a
+ * lock held by a thread that did not survive the fork.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -92,8 +93,8 @@ void sheaf_malloc_counters_get(struct sheaf_malloc_counters *out)
 	out->errors = atomic_load_explicit(&ctr.errors, memory_order_relaxed);
 }
 
-/* A message buffer formatted without stdio: the error path never allocates
- * (DESIGN §8), and here it may run inside malloc itself. */
+/* A message buffer formatted without stdio: the error path never allocates,
+ * and here it may run inside malloc itself. */
 struct msg {
 	char b[256];
 	size_t n;
@@ -999,7 +1000,7 @@ void *sheaf_malloc_reallocarray(void *p, size_t nmemb, size_t size)
 	return sheaf_realloc(p, n);
 }
 
-/* ---- fork (peers.md §3 item 7) -------------------------------------------------------- */
+/* ---- fork (design §7) ----------------------------------------------------------------- */
 
 /* Hold every front-end lock across fork, so the child never inherits one
  * that a thread which does not exist there was holding. */

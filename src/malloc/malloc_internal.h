@@ -20,7 +20,7 @@
 #include "malloc/sizeclass.h"
 #include "base/track.h"
 
-/* ---- malloc.c: the fast paths, inline (STYLE R8) -------------------------------- */
+/* ---- malloc.c: the fast paths, inline (no call before the sheaf pop or push) ----- */
 
 /* One cache per class, created on first use; written once (release). */
 extern struct sheaf_cache *_Atomic sheaf_malloc_classes[SHEAF_SC_COUNT];
@@ -50,7 +50,7 @@ static inline int *sheaf_malloc_errno_ptr(void)
 }
 
 /* sheaf_cache_of() inlined: the page map gives the owning cache node of any
- * pointer in O(1), 0 for pointers outside Sheaf's slabs (DESIGN §1). */
+ * pointer in O(1), 0 for pointers outside Sheaf's slabs. */
 static inline struct sheaf_cache *sheaf_malloc_cache_of(const void *p)
 {
 	/* Before initialisation the heap range is empty (size 0): every key is 0. */
@@ -106,7 +106,7 @@ void sheaf_free_slowpath(void *p) __attribute__((noinline));
  * malloc_cache is its cache if that is one of malloc's classes, then the
  * per-CPU push (rseq.h).
  * Everything else is one tail call, so the fast path needs no stack frame and
- * never touches errno (POSIX 2024; peers.md §3).  NULL fails the bound test
+ * never touches errno (POSIX 2024 requires free to preserve it).  NULL fails the bound test
  * (NULL - base wraps above the limit) and leaves through the slow path. */
 static inline void sheaf_free_inline(void *p)
 {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * sizeclass.h - the malloc front end's size classes (DESIGN §6).
+ * sizeclass.h - the malloc front end's size classes (docs/malloc.md).
  *
  * 41 classes from 8 B to 32 KiB, like kmalloc's: 8, 16, then every 16 B up
  * to 128 B (the 16-byte quantum keeps every object of 16 B or more aligned to

@@ -27,7 +27,7 @@ cc -shared -fPIC -O1 -o "$WORK/libtlsdemo.so" "$WORK/tlsdemo.c"
 # A library whose constructor allocates before libsheaf-malloc.so's own
 # constructor has run (it is initialised first when listed first) and calls
 # dlsym for a missing symbol, whose error message glibc allocates with calloc
-# (peers.md §3 item 6: allocation before init and during dlsym).  Blocks it
+# (a known pitfall of replacement mallocs: allocation before init and during dlsym).  Blocks it
 # keeps are freed by the program's exit path.
 cat >"$WORK/early.c" <<'C'
 #include <dlfcn.h>
@@ -60,7 +60,7 @@ done
 grep -c '^sheaf-malloc: ' "$WORK/early.txt" | grep -qx 2
 echo "early allocation and dlsym in a constructor: ok (both preload orders)"
 
-# Built as a replacement malloc must be (peers.md §3 item 6): initial-exec
+# Built as a replacement malloc must be (glibc manual, "Replacing malloc"): initial-exec
 # TLS only (STATIC_TLS, no general-dynamic TLS relocation that would call
 # __tls_get_addr, which allocates) and no lazy binding (BIND_NOW).
 if command -v readelf >/dev/null; then

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_malloc_threads.c - the malloc front end across threads and fork
- * (peers.md §3 items 6-7): fork from a process with 8 busy threads, then
+ * (the fork and thread-exit pitfalls of replacement mallocs): fork from a process with 8 busy threads, then
  * allocation in the child (every front-end and core lock must be free
  * there); threads that exit holding objects that others free later;
  * concurrent first use of the classes (lazy cache creation) and cross-thread

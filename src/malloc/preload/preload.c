@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * preload.c - libsheaf-malloc.so: the malloc front end (src/malloc/malloc.c) under
- * the names of the C library and of the C++ runtime, for LD_PRELOAD (DESIGN
- * §6).  The library also contains the whole core (built from the same
+ * the names of the C library and of the C++ runtime, for LD_PRELOAD
+ * (docs/malloc.md).  The library also contains the whole core (built from the same
  * objects as libsheaf), so a preloaded process has exactly one Sheaf.
  *
- * What replacement mallocs trip over (peers.md §3 items 6-8), and the answer
- * here:
+ * What replacement mallocs are known to trip over (from their issue trackers),
+ * and the answer here:
  *  - Allocation before initialisation and during dlsym: nothing here calls
  *    dlsym on the allocation path; the class caches are created on first use
  *    and any allocation made while one is being created (the core's start-up

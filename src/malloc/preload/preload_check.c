@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * preload_check.c - the C library's allocation contracts, checked through
- * the exported names (peers.md §3 item 8, glibc's malloc tests as a guide).
+ * the exported names (the API conformance bugs filed against replacement
+ * mallocs, glibc's malloc tests as a guide).
  * tests/integration/test_preload_api.sh runs it under LD_PRELOAD=
  * libsheaf-malloc.so and, to check the checks, without it (glibc passes).
  *
