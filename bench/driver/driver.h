@@ -1,7 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench.h - the sheaf-bench driver: allocators under test, timing windows,
- * results and the workload registry (issue 8, DESIGN §9, STYLE R15).
+ * driver.h - the sheaf-bench driver: timing windows, pinned threads, child
+ * processes, results and the workload registry (docs/benchmarks.md).
+ *
+ * bench/ has three parts: the driver (bench/driver: options, phases, results,
+ * the report), the contenders (bench/contenders: the allocators under test,
+ * contenders.h) and the workloads (bench/workloads: one file each, registered
+ * with BENCH_REGISTER, workloads.h).
  *
  * Method (see docs/benchmarks.md):
  *  - Every contender (an allocator bound to one object size, a "pool") runs
@@ -24,14 +29,8 @@
  * undisturbed windows remain, the statistics are over those only, and the
  * number left out is recorded.
  *
- * Every allocator is called through one indirect call per operation (a
- * function pointer from dlsym, or Sheaf's exported function), so none of them
- * gets an inlined fast path the others lack.  DPDK's get/put are inline in its
- * headers; they are wrapped in one out-of-line function each (dpdk.c), which
- * is the same one call.
- *
- * Adding a workload: write bench/wl_<name>.c with a static struct
- * bench_workload and BENCH_REGISTER(it); CMake picks up bench/wl_*.c.
+ * Each workload file registers itself (BENCH_REGISTER below); CMake picks up
+ * every .c file in bench/workloads.
  */
 #ifndef SHEAF_BENCH_H
 #define SHEAF_BENCH_H
@@ -45,7 +44,7 @@
 #include <stdio.h>
 #include <time.h>
 
-struct sheaf_cache;
+#include "contenders.h"
 
 #define BENCH_FMT(a, b) __attribute__((format(printf, a, b)))
 
@@ -85,121 +84,6 @@ extern int bench_cpu[2];
 int bench_pin_self(int cpu);
 void bench_sleep_ms(unsigned ms);
 
-/* ---- allocators ------------------------------------------------------------ */
-
-enum bench_kind {
-	BK_FLOOR,  /* no allocator: preallocated objects, for the hand-off floor */
-	BK_MALLOC, /* malloc/free pair of functions */
-	BK_SHEAF,  /* a Sheaf object cache */
-	BK_DPDK,   /* a DPDK rte_mempool with per-lcore cache */
-};
-
-#define BENCH_API_MALLOC 1u
-#define BENCH_API_CACHE 2u
-
-struct bench_alloc {
-	const char *name;  /* short id used in CSV and --allocs: "mimalloc" */
-	enum bench_kind kind;
-	unsigned apis;     /* BENCH_API_*: in which comparisons it takes part */
-	bool peer;         /* counts for "best peer" */
-	bool available;
-	char how[200];     /* how it was loaded, or why it is not available */
-	void *(*malloc_fn)(size_t);
-	void (*free_fn)(void *);
-	unsigned cache_flags; /* BK_SHEAF: SHEAF_* flags of the caches */
-	unsigned capacity;    /* BK_SHEAF: sheaf_capacity of the caches (0: Sheaf's default) */
-};
-
-extern struct bench_alloc bench_allocs[];
-extern int bench_nallocs;
-
-/* One allocator bound to one object size. */
-struct bench_pool {
-	const struct bench_alloc *a;
-	enum bench_kind kind;
-	size_t size;
-	void *(*malloc_fn)(size_t);
-	void (*free_fn)(void *);
-	struct sheaf_cache *cache;
-	void *(*c_alloc)(struct sheaf_cache *);
-	void (*c_free)(struct sheaf_cache *, void *);
-	void *mp; /* BK_DPDK: struct rte_mempool * */
-	void *(*d_get)(void *);
-	void (*d_put)(void *, void *);
-	void **floor_objs;
-	size_t floor_n, floor_i;
-};
-
-/* Load the peers and look up Sheaf (called once by main). */
-void bench_allocs_init(bool sanitized);
-const struct bench_alloc *bench_alloc_find(const char *name);
-/* Bind @a to objects of @size bytes, at most @max_live of them alive at once
- * (DPDK pools and the floor are sized from it).  0, or -1 with why[] set. */
-int bench_pool_open(struct bench_pool *p, const struct bench_alloc *a, size_t size,
-		    size_t max_live, char *why, size_t whylen);
-void bench_pool_close(struct bench_pool *p);
-/* Sheaf's statistics of a Sheaf pool into @f (for the profile file). */
-void bench_pool_dump_stats(const struct bench_pool *p, FILE *f, const char *heading);
-/* The columns of bench_pool_profile(), as a Markdown header row. */
-extern const char bench_profile_header[];
-/* Sheaf's counters of a Sheaf pool per 1,000 allocations, as Markdown cells
- * ("| a | b |..."); 0, or -1 when not a Sheaf pool or no statistics. */
-int bench_pool_profile(const struct bench_pool *p, char *buf, size_t len);
-/* Sheaf's view of the topology: 0, or -1 when Sheaf is not linked. */
-int bench_sheaf_topology(unsigned *nodes, unsigned *memory_nodes, unsigned *cpus);
-const char *bench_sheaf_mode(void);
-
-static inline void *bench_alloc(struct bench_pool *p)
-{
-	switch (p->kind) {
-	case BK_MALLOC:
-		return p->malloc_fn(p->size);
-	case BK_SHEAF:
-		return p->c_alloc(p->cache);
-	case BK_DPDK:
-		return p->d_get(p->mp);
-	case BK_FLOOR:
-	default: {
-		/* Only the producer calls this; the ring never holds more than
-		 * floor_n objects, so none is handed out twice in flight. */
-		void *o = p->floor_objs[p->floor_i];
-
-		p->floor_i = p->floor_i + 1 == p->floor_n ? 0 : p->floor_i + 1;
-		return o;
-	}
-	}
-}
-
-static inline void bench_free(struct bench_pool *p, void *o)
-{
-	switch (p->kind) {
-	case BK_MALLOC:
-		p->free_fn(o);
-		break;
-	case BK_SHEAF:
-		p->c_free(p->cache, o);
-		break;
-	case BK_DPDK:
-		p->d_put(p->mp, o);
-		break;
-	case BK_FLOOR:
-	default:
-		break;
-	}
-}
-
-/* ---- DPDK (dpdk.c; only when built with libdpdk) ------------------------------ */
-
-int bench_dpdk_init(char *why, size_t whylen);
-void *bench_dpdk_pool_create(size_t size, size_t n, char *why, size_t whylen);
-void bench_dpdk_pool_free(void *mp);
-void *bench_dpdk_get(void *mp);
-void bench_dpdk_put(void *mp, void *obj);
-/* Run @remote on EAL worker lcore 1 while the caller (the main lcore) runs
- * @local; wait for both. */
-int bench_dpdk_run_pair(void (*local)(void *), void (*remote)(void *), void *arg);
-const char *bench_dpdk_version(void);
-
 /* ---- two pinned threads -------------------------------------------------------- */
 
 /* Run prod(arg) on bench_cpu[0] and cons(arg) on bench_cpu[1] and wait for
@@ -214,6 +98,12 @@ struct bench_ring {
 	_Alignas(64) _Atomic size_t tail; /* written by the consumer */
 	_Alignas(64) void *slot[BENCH_RING_SLOTS];
 };
+
+/* Involuntary context switches of the workload's threads, summed: pair threads
+ * add theirs when they finish (threads.c); a phase adds the main thread's and
+ * marks a window disturbed when the sum moved (phase.c). */
+extern _Atomic unsigned long bench_pair_preempted;
+unsigned long bench_thread_preempted(void);
 
 /* ---- statistics and results ---------------------------------------------------- */
 
@@ -331,31 +221,12 @@ long bench_hwm_kib(void);
 /* Reset VmHWM to the current RSS (/proc/self/clear_refs "5").  0 or -1. */
 int bench_hwm_reset(void);
 
-/* ---- shared workload pieces ------------------------------------------------------ */
-
-/* The malloc mix (wl_mix.c), also run by the memory workload: two pinned
- * threads, @ops malloc+free pairs each with random sizes, a quarter of the
- * frees done by the other thread.  @wide: sizes up to 64 KiB instead of 1 KiB.
- * Returns ns per pair per thread, <0 on failure. */
-double bench_mix_window(struct bench_pool *p, uint64_t ops, bool wide, uint64_t seed,
-			uint64_t max_ns);
-
-/* The producer/consumer hand-off (wl_xcpu.c), also run by the memory
- * workload: @n objects (a multiple of @burst <= 64) allocated on
- * bench_cpu[0], freed on bench_cpu[1].  ns per object, <0 on failure.
- * @max_ns (0: none; the phases use 3x the window) cuts a window short when
- * the machine stalls it (other processes, vCPU moves): the figure is then
- * over the objects handed off so far, and such a window is among the slow
- * ones anyway.  bench_mix_window() takes the same cap. */
-double bench_xcpu_window(struct bench_pool *p, struct bench_ring *ring, uint64_t n,
-			 unsigned burst, uint64_t max_ns);
-
 /* ---- registry ------------------------------------------------------------------ */
 
 /*
- * Orders in use: 10 fastpath (wl_fastpath.c), 20 xcpu (wl_xcpu.c), 30 rcu
- * (wl_rcu.c, seed 000, written with the RCU code), 40 memory (wl_memory.c),
- * 50 mix (wl_mix.c); debugobjects (wl_debugobjects.c, seed 002) comes last.
+ * Orders in use (bench/workloads/): 10 fastpath.c, 20 xcpu.c, 30 rcu.c (seed
+ * 000, written with the RCU code), 40 memory.c, 50 mix.c; debugobjects.c
+ * (seed 002) comes last.
  */
 
 struct bench_workload {

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench.h"
+#include "driver.h"
 
 #ifndef SHEAF_BENCH_VERSION
 #define SHEAF_BENCH_VERSION "unknown"

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * wl_rcu.c - workload 3 (DESIGN §9.3, seed 000): many caches with free_rcu traffic,
- * and the latency of sheaf_cache_destroy() with the per-cache RCU barrier (DESIGN D5)
+ * rcu.c - workload 3 (docs/benchmarks.md, seed 000): many caches with free_rcu traffic,
+ * and the latency of sheaf_cache_destroy() with the per-cache RCU barrier (D5)
  * against a global one.
  *
  * Each measurement is a fresh child process (`--child=rcu:<variant>:<mode>:<N>`),
@@ -34,7 +34,7 @@
 
 #include <urcu/urcu-memb.h>
 
-#include "bench.h"
+#include "workloads.h"
 #include "sheaf.h"
 
 #define RCU_BG_RATE    100000 /* free_rcu per second on the other caches, whatever N */
@@ -306,8 +306,8 @@ static const struct bench_workload wl_rcu = {
 		"other caches; then 32 caches (8 with --quick), each with deferred frees in flight "
 		"(16 objects in its rcu_free sheaf; variant 'queued', not run with --quick: 256, "
 		"so full sheaves are already submitted), are destroyed one by one and each "
-		"sheaf_cache_destroy() is timed. Contenders are barrier modes: per-cache (DESIGN "
-		"D5, default), global (SHEAF_RCU_BARRIER=global: every cache's rcu sheaves "
+		"sheaf_cache_destroy() is timed. Contenders are barrier modes: per-cache (D5 in "
+		"docs/design.md, default), global (SHEAF_RCU_BARRIER=global: every cache's rcu sheaves "
 		"flushed, then rcu_barrier(), as kvfree_rcu_barrier() before seed 000's fix) and "
 		"k7 (SHEAF_KERNEL_COMPAT: this cache's sheaves, then rcu_barrier(), as Linux "
 		"7.0). Each run is a fresh child process; every round runs every (N, mode) pair, "

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * alloc.c - the allocators sheaf-bench compares.
+ * contenders.c - the allocators sheaf-bench compares.
  *
  * Peers are loaded with dlopen(RTLD_LOCAL) and called through the malloc/free
  * that dlsym finds in their own handle, so several allocators live in one
- * process and their windows can alternate (bench.h).  RTLD_LOCAL keeps them
+ * process and their windows can alternate (driver.h).  RTLD_LOCAL keeps them
  * from interposing on the process's malloc: glibc stays the malloc of
  * everything else.  jemalloc uses initial-exec TLS, which a dlopen'd library
  * may only have if glibc kept static TLS surplus for it; main() re-executes
@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench.h"
+#include "driver.h"
 #include "sheaf.h"
 #include "sheaf_malloc.h"
 #include "sheaf_stats.h"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * wl_xcpu.c - workload 2 (DESIGN §9.2, seed 001): cross-CPU producer/consumer.
+ * xcpu.c - workload 2 (docs/benchmarks.md, seed 001): cross-CPU producer/consumer.
  *
  * The ublk pattern of seed 001: a producer pinned to CPU 0 allocates objects
  * and a consumer pinned to CPU 1 frees them, so the allocating CPU's caches
@@ -12,19 +12,19 @@
  *
  * "floor" runs the same hand-off with preallocated objects and no allocator:
  * every allocator's figure minus the floor is its own cost.  Headline: the
- * fastest of many short windows (see bench.h for why).
+ * fastest of many short windows (see driver.h for why).
  *
  * Topologies: "real" (this machine), and "fake2-memoryless", run in a child
  * process with SHEAF_FAKE_NUMA="2:memoryless=1" (CPU i on node i % 2, node 1
  * without memory): the consumer's node is memoryless, the case where Linux
- * 7.0 has no barn and sends remote objects around the sheaves (DESIGN D3).
+ * 7.0 has no barn and sends remote objects around the sheaves (D3).
  * Sheaf reads its options once per process, hence the child.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench.h"
+#include "workloads.h"
 
 #define XCPU_FAKE_TOPO "fake2-memoryless"
 #define XCPU_FAKE_ENV "SHEAF_FAKE_NUMA=2:memoryless=1"
@@ -159,7 +159,7 @@ static void xcpu_phases(struct bench_ctx *ctx, const char *topo, const char *con
 	for (int z = 0; z < nsizes; z++) {
 		for (int b = 0; b < 2; b++) {
 			char variant[40];
-			/* Cap a window at 3x its target length (bench.h): a
+			/* Cap a window at 3x its target length (driver.h): a
 			 * stalled window is in the upper tail whatever its end,
 			 * and the cap bounds the suite's time on a busy machine. */
 			struct xcpu_state s = { xcpu_bursts[b], ring,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * wl_mix.c - workload 5 (DESIGN §9, R15): a malloc mix with random sizes and
+ * mix.c - workload 5 (docs/benchmarks.md): a malloc mix with random sizes and
  * cross-thread frees.
  *
  * Two threads, pinned to CPU 0 and CPU 1, each keep a table of 4096 live
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench.h"
+#include "workloads.h"
 
 #define MIX_SLOTS 4096u
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * dpdk.c - DPDK's rte_mempool as the object-pool peer (DESIGN §9).
+ * dpdk.c - DPDK's rte_mempool as the object-pool peer (docs/benchmarks.md).
  *
  * The per-lcore cache is used only by EAL lcore threads (rte_lcore_id() !=
  * LCORE_ID_ANY), so the EAL is started in the driver's process with lcores
@@ -28,7 +28,7 @@
 #include <rte_mempool.h>
 #include <rte_version.h>
 
-#include "bench.h"
+#include "driver.h"
 
 #define DPDK_CACHE RTE_MEMPOOL_CACHE_MAX_SIZE
 

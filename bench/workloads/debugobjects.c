@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * wl_debugobjects.c - workload 4 (DESIGN §9.4, seed 002): debug-objects churn.
+ * debugobjects.c - workload 6 (docs/benchmarks.md, seed 002): debug-objects churn.
  *
  * Several threads each track a burst of objects (init + activate), then end
  * them (deactivate + destroy + free), over and over: the pattern of timers
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench.h"
+#include "workloads.h"
 #include "sheaf_debug.h"
 
 #define DO_THREADS 4

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * wl_memory.c - workload 4 (DESIGN §9.5): peak RSS, and RSS one second after
+ * memory.c - workload 4 (docs/benchmarks.md): peak RSS, and RSS one second after
  * the program has freed everything.
  *
  * RSS belongs to a process, so each (allocator, workload) pair runs in a fresh
@@ -14,8 +14,8 @@
  *
  * Workloads: hold1M/64 (1M objects of 64 B live at once, then freed),
  * batch10k/256 (10,000 objects of 256 B allocated and freed, 100 times),
- * xcpu-burst64/256 (500,000 objects through the cross-CPU hand-off of wl_xcpu.c)
- * and mix-wide (the malloc mix of wl_mix.c, malloc contenders only).
+ * xcpu-burst64/256 (500,000 objects through the cross-CPU hand-off of xcpu.c)
+ * and mix-wide (the malloc mix of mix.c, malloc contenders only).
  * DPDK's mempool is left out: its memory is a fixed pool sized at creation.
  */
 #include <math.h>
@@ -23,7 +23,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "bench.h"
+#include "workloads.h"
 
 struct mem_variant {
 	const char *name;

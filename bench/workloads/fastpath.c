@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * wl_fastpath.c - workload 1 (DESIGN §9.1): the single-thread fast path.
+ * fastpath.c - workload 1 (docs/benchmarks.md): the single-thread fast path.
  *
  * One thread on bench_cpu[0] (the EAL main lcore, so DPDK's per-lcore cache
  * is in play) allocates a batch of objects, writes one word in each, and frees
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench.h"
+#include "workloads.h"
 
 struct fp_state {
 	unsigned batch;

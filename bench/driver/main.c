@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bench.h"
+#include "driver.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(SHEAF_BENCH_SANITIZED)
 #define BENCH_SANITIZED 1
@@ -46,7 +46,7 @@ static void usage(FILE *f)
 }
 
 /* jemalloc's initial-exec TLS needs static TLS surplus when dlopen'd (see
- * alloc.c): restart once with the glibc tunable raised. */
+ * contenders.c): restart once with the glibc tunable raised. */
 static void reexec_for_tls(char **argv)
 {
 	const char *t = getenv("GLIBC_TUNABLES");
@@ -352,4 +352,23 @@ int main(int argc, char **argv)
 	       (double)(bench_now_ns() - ctx.t_start) / 1e9, met, missed, na);
 	printf("sheaf-bench: report %s\n", path);
 	return 0;
+}
+
+/* ---- registry ------------------------------------------------------------------ */
+
+#define BENCH_MAX_WORKLOADS 32
+const struct bench_workload *bench_workloads[BENCH_MAX_WORKLOADS];
+int bench_nworkloads;
+
+void bench_register(const struct bench_workload *w)
+{
+	int i;
+
+	if (bench_nworkloads == BENCH_MAX_WORKLOADS)
+		return;
+	/* Keep them sorted by order (constructors run in link order). */
+	for (i = bench_nworkloads; i > 0 && bench_workloads[i - 1]->order > w->order; i--)
+		bench_workloads[i] = bench_workloads[i - 1];
+	bench_workloads[i] = w;
+	bench_nworkloads++;
 }
