@@ -10,11 +10,16 @@ and fails (exit 1, one line per bad citation: file:line: what) when a citation d
   design §4                         a paragraph "§4" of the theory statement in docs/design.md
   seed 001                          a "### Seed 001" section of docs/design.md
   docs/rcu.md, docs/kernel.md §2    an existing file (and a numbered section of it)
+  peers.md, src/README.md           any other *.md named must be a file of the repository
+  [text](../bench/x.md)             a relative link in a markdown file must point to a file
 
 The words DESIGN and STYLE used as citations are errors: they named documents that are not in
 the repository.
 
-Usage: tools/check-citations.py [ROOT]   (ROOT defaults to the repository holding this script)
+Usage: tools/check-citations.py [ROOT [FILE...]]
+  ROOT defaults to the repository holding this script; with FILEs, only those are checked
+  (against ROOT's docs), which is how tests/lint/test_citations.sh shows that bad citations
+  are reported.
 """
 
 import os
@@ -34,6 +39,8 @@ RE_D = re.compile(r"(?<![\w§])D(\d+)(?:\s*[-–]\s*D(\d+))?(?![\w.])")
 RE_DESIGN_SEC = re.compile(r"\bdesign\s+§(\d+)")
 RE_SEED = re.compile(r"\bseeds?\s+(\d{3})")
 RE_DOC = re.compile(r"\bdocs/([\w.-]+\.md)(?:\s+§(" + NUM + r"))?")
+RE_MD = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.md)\b")
+RE_LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 RE_BANNED = re.compile(r"\b(DESIGN|STYLE)\b(?:\s+(?:[RD]?\d+|§\s*\d+(?:\.\d+)?))?")
 
 
@@ -91,6 +98,7 @@ def files_to_scan(root):
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, ".."))
+    only = [os.path.abspath(f) for f in sys.argv[2:]]
     kernel_md = os.path.join(root, "docs", "kernel.md")
     design_md = os.path.join(root, "docs", "design.md")
     errors = []
@@ -103,11 +111,17 @@ def main():
     ksec = headings(kernel_md)
     dsec, seeds, theory = design_index(design_md)
     doc_cache = {}
+    md_names = set()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [x for x in dirnames if x not in (".git", "build")]
+        md_names.update(fn for fn in filenames if fn.endswith(".md"))
     self_path = os.path.abspath(__file__)
+    # The test of this script writes bad citations on purpose.
+    self_test = os.path.join(root, "tests", "lint", "test_citations.sh")
     count = 0
 
-    for path in files_to_scan(root):
-        if os.path.abspath(path) == self_path:
+    for path in only or files_to_scan(root):
+        if os.path.abspath(path) in (self_path, self_test):
             continue
         rel = os.path.relpath(path, root)
         try:
@@ -160,6 +174,21 @@ def main():
                         doc_cache[doc] = headings(doc)
                     if m.group(2) not in doc_cache[doc]:
                         errors.append(f"{where}: docs/{m.group(1)} has no section {m.group(2)}")
+            for m in RE_MD.finditer(line):
+                name = m.group(1)
+                if name.startswith("docs/") or line[:m.start()].endswith("docs/"):
+                    continue  # checked above
+                count += 1
+                if os.path.basename(name) not in md_names:
+                    errors.append(f"{where}: {name} is not a document of the repository")
+            if path.endswith(".md"):
+                for m in RE_LINK.finditer(line):
+                    target = m.group(1)
+                    if re.match(r"[a-z]+:", target):
+                        continue  # a web address
+                    count += 1
+                    if not os.path.exists(os.path.join(os.path.dirname(path), target)):
+                        errors.append(f"{where}: link target {target} does not exist")
             for m in RE_BANNED.finditer(line):
                 errors.append(f"{where}: '{m.group(0)}' cites a document that is not in the "
                               "repository (use docs/...)")
