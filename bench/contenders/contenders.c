@@ -45,7 +45,9 @@ struct bench_alloc bench_allocs[] = {
 	{ .name = "dpdk-mempool", .kind = BK_DPDK, .apis = BENCH_API_CACHE, .peer = true },
 	{ .name = "sheaf-malloc", .kind = BK_MALLOC, .apis = BENCH_API_MALLOC },
 	{ .name = "sheaf", .kind = BK_SHEAF, .apis = BENCH_API_CACHE },
-	{ .name = "sheaf-k7", .kind = BK_SHEAF, .apis = BENCH_API_CACHE,
+	{ .name = "sheaf-k7",
+	  .kind = BK_SHEAF,
+	  .apis = BENCH_API_CACHE,
 	  .cache_flags = SHEAF_KERNEL_COMPAT },
 	/* Sheaf given DPDK's per-lcore cache size as its sheaf capacity, so the
 	 * mempool comparison can also be made at equal per-CPU caching. */
@@ -128,8 +130,9 @@ static void init_sheaf(void)
 			continue;
 		if (!sheaf_cache_create || !sheaf_cache_alloc || !sheaf_cache_free ||
 		    !sheaf_cache_destroy) {
-			snprintf(a->how, sizeof(a->how), "not in this build of libsheaf "
-							 "(object-cache API missing)");
+			snprintf(a->how, sizeof(a->how),
+				 "not in this build of libsheaf "
+				 "(object-cache API missing)");
 			continue;
 		}
 		/* Check the flags are accepted before the workloads rely on them. */
@@ -171,8 +174,8 @@ void bench_allocs_init(bool sanitized)
 	a->free_fn = free;
 	a->available = true;
 	snprintf(a->how, sizeof(a->how), "%s",
-		 sanitized ? "the process malloc (the sanitizer's interceptor in this build)"
-			   : "the process malloc (glibc)");
+		 sanitized ? "the process malloc (the sanitizer's interceptor in this build)" :
+			     "the process malloc (glibc)");
 
 	for (size_t i = 0; i < sizeof(peers) / sizeof(peers[0]); i++) {
 		a = find_mut(peers[i].name);
@@ -192,7 +195,8 @@ void bench_allocs_init(bool sanitized)
 		a->available = true; /* the EAL starts on first use (bench_pool_open) */
 		snprintf(a->how, sizeof(a->how),
 			 "%s rte_mempool, per-lcore cache %d, EAL lcores 0-1, "
-			 "rte_mempool_get/put", bench_dpdk_version(), 512);
+			 "rte_mempool_get/put",
+			 bench_dpdk_version(), 512);
 	}
 #else
 	snprintf(a->how, sizeof(a->how), "not built: libdpdk (pkg-config) not found%s",
@@ -201,8 +205,8 @@ void bench_allocs_init(bool sanitized)
 	init_sheaf();
 }
 
-int bench_pool_open(struct bench_pool *p, const struct bench_alloc *a, size_t size,
-		    size_t max_live, char *why, size_t whylen)
+int bench_pool_open(struct bench_pool *p, const struct bench_alloc *a, size_t size, size_t max_live,
+		    char *why, size_t whylen)
 {
 	memset(p, 0, sizeof(*p));
 	p->a = a;
@@ -330,17 +334,18 @@ int bench_pool_profile(const struct bench_pool *p, char *buf, size_t len)
 	k = 1000.0 / n;
 	/* Events per 1,000 allocations over the phase (its cache was created
 	 * for it): where the objects that missed the sheaves went. */
-	snprintf(buf, len,
-		 "| %.0f | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f |",
-		 n, k * (double)st.events[SHEAF_STAT_SHEAF_REFILL],
-		 k * (double)st.events[SHEAF_STAT_SHEAF_FLUSH],
-		 k * (double)st.events[SHEAF_STAT_BARN_GET],
-		 k * (double)st.events[SHEAF_STAT_BARN_GET_FAIL],
-		 k * (double)st.events[SHEAF_STAT_BARN_PUT],
-		 k * (double)st.events[SHEAF_STAT_BARN_PUT_FAIL],
-		 k * (double)st.events[SHEAF_STAT_BARN_TRIM], k * (double)st.barn_locks,
-		 k * (double)st.events[SHEAF_STAT_ALLOC_SLAB],
-		 k * (double)st.events[SHEAF_STAT_FREE_SLAB], k * (double)st.bytes_returned / 1024);
+	snprintf(
+		buf, len,
+		"| %.0f | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f |",
+		n, k * (double)st.events[SHEAF_STAT_SHEAF_REFILL],
+		k * (double)st.events[SHEAF_STAT_SHEAF_FLUSH],
+		k * (double)st.events[SHEAF_STAT_BARN_GET],
+		k * (double)st.events[SHEAF_STAT_BARN_GET_FAIL],
+		k * (double)st.events[SHEAF_STAT_BARN_PUT],
+		k * (double)st.events[SHEAF_STAT_BARN_PUT_FAIL],
+		k * (double)st.events[SHEAF_STAT_BARN_TRIM], k * (double)st.barn_locks,
+		k * (double)st.events[SHEAF_STAT_ALLOC_SLAB],
+		k * (double)st.events[SHEAF_STAT_FREE_SLAB], k * (double)st.bytes_returned / 1024);
 	return 0;
 }
 

@@ -30,15 +30,15 @@ enum bench_kind {
 };
 
 #define BENCH_API_MALLOC 1u
-#define BENCH_API_CACHE 2u
+#define BENCH_API_CACHE  2u
 
 struct bench_alloc {
-	const char *name;  /* short id used in CSV and --allocs: "mimalloc" */
+	const char *name; /* short id used in CSV and --allocs: "mimalloc" */
 	enum bench_kind kind;
-	unsigned apis;     /* BENCH_API_*: in which comparisons it takes part */
-	bool peer;         /* counts for "best peer" */
+	unsigned apis; /* BENCH_API_*: in which comparisons it takes part */
+	bool peer;     /* counts for "best peer" */
 	bool available;
-	char how[200];     /* how it was loaded, or why it is not available */
+	char how[200]; /* how it was loaded, or why it is not available */
 	void *(*malloc_fn)(size_t);
 	void (*free_fn)(void *);
 	unsigned cache_flags; /* BK_SHEAF: SHEAF_* flags of the caches */
@@ -70,8 +70,8 @@ void bench_allocs_init(bool sanitized);
 const struct bench_alloc *bench_alloc_find(const char *name);
 /* Bind @a to objects of @size bytes, at most @max_live of them alive at once
  * (DPDK pools and the floor are sized from it).  0, or -1 with why[] set. */
-int bench_pool_open(struct bench_pool *p, const struct bench_alloc *a, size_t size,
-		    size_t max_live, char *why, size_t whylen);
+int bench_pool_open(struct bench_pool *p, const struct bench_alloc *a, size_t size, size_t max_live,
+		    char *why, size_t whylen);
 void bench_pool_close(struct bench_pool *p);
 /* Sheaf's statistics of a Sheaf pool into @f (for the profile file). */
 void bench_pool_dump_stats(const struct bench_pool *p, FILE *f, const char *heading);

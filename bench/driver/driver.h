@@ -115,7 +115,12 @@ struct bench_stat {
 };
 void bench_stat_compute(double *v, int n, struct bench_stat *s);
 
-enum bench_head { BH_MEDIAN, BH_P10, BH_VALUE, BH_MIN };
+enum bench_head {
+	BH_MEDIAN,
+	BH_P10,
+	BH_VALUE,
+	BH_MIN
+};
 
 struct bench_result {
 	char workload[24], variant[40], topo[24], contender[24], unit[16];
@@ -134,16 +139,16 @@ struct bench_target {
 
 struct bench_ctx {
 	bool quick;
-	bool child;           /* a child process: records go to stdout */
+	bool child; /* a child process: records go to stdout */
 	bool plots;
-	const char *only;     /* comma list of workloads, or NULL */
-	const char *allocs;   /* comma list of contenders, or NULL */
+	const char *only;   /* comma list of workloads, or NULL */
+	const char *allocs; /* comma list of contenders, or NULL */
 	char out[4096];
-	double window_ms;     /* target length of one window */
-	int reps;             /* windows per contender, same-CPU phases */
-	int reps_xcpu;        /* windows per contender, cross-CPU phases */
+	double window_ms; /* target length of one window */
+	int reps;         /* windows per contender, same-CPU phases */
+	int reps_xcpu;    /* windows per contender, cross-CPU phases */
 	const char *self_exe;
-	FILE *profile;        /* Sheaf statistics per phase, or NULL */
+	FILE *profile; /* Sheaf statistics per phase, or NULL */
 	uint64_t t_start;
 	char load_start[64], load_end[64]; /* /proc/loadavg */
 	/* CPU time over the run, clock ticks: the machine's busy, idle and
@@ -154,9 +159,9 @@ struct bench_ctx {
 	int nres, capres;
 	struct bench_target *tg;
 	int ntg, captg;
-	char *notes;          /* "workload\tline\n"... */
+	char *notes; /* "workload\tline\n"... */
 	size_t notes_len, notes_cap;
-	char *profiles;       /* "workload\tvariant\ttopo\tcontender\tcells\n"... */
+	char *profiles; /* "workload\tvariant\ttopo\tcontender\tcells\n"... */
 	size_t prof_len, prof_cap;
 };
 
@@ -164,8 +169,7 @@ void bench_record(struct bench_ctx *ctx, const char *wl, const char *variant, co
 		  const char *contender, const char *unit, enum bench_head head,
 		  const struct bench_stat *st);
 const struct bench_result *bench_find(const struct bench_ctx *ctx, const char *wl,
-				      const char *variant, const char *topo,
-				      const char *contender);
+				      const char *variant, const char *topo, const char *contender);
 /* Lowest headline among the peers measured in this (wl, variant, topo);
  * @api selects malloc peers (BENCH_API_MALLOC) or all peers (0).  NAN if none;
  * *who gets the peer's name. */
@@ -194,12 +198,12 @@ typedef double (*bench_window_fn)(void *state, struct bench_pool *p, uint64_t n)
 struct bench_phase {
 	const char *workload, *variant, *topo, *unit;
 	enum bench_head head;
-	unsigned apis;        /* contenders with any of these APIs take part */
-	bool with_floor;      /* the no-allocator floor takes part too */
+	unsigned apis;   /* contenders with any of these APIs take part */
+	bool with_floor; /* the no-allocator floor takes part too */
 	size_t size, max_live;
-	uint64_t granule;     /* n is a multiple of this */
+	uint64_t granule; /* n is a multiple of this */
 	int reps;
-	double window_ms;     /* 0: ctx->window_ms */
+	double window_ms; /* 0: ctx->window_ms */
 	bench_window_fn fn;
 	void *state;
 	const char *const *only_allocs; /* NULL-terminated subset, or NULL */
@@ -230,10 +234,10 @@ int bench_hwm_reset(void);
  */
 
 struct bench_workload {
-	const char *name;    /* --only=<name> */
-	const char *title;   /* section heading in the report */
-	int order;           /* run and report order */
-	const char *about;   /* one paragraph for the report */
+	const char *name;  /* --only=<name> */
+	const char *title; /* section heading in the report */
+	int order;         /* run and report order */
+	const char *about; /* one paragraph for the report */
 	void (*run)(struct bench_ctx *ctx);
 	/* Entry of `--child=<name>:<arg>`; returns the exit status. */
 	int (*child)(struct bench_ctx *ctx, const char *arg);
@@ -242,10 +246,10 @@ void bench_register(const struct bench_workload *w);
 extern const struct bench_workload *bench_workloads[];
 extern int bench_nworkloads;
 
-#define BENCH_REGISTER(w)                                                      \
-	__attribute__((constructor)) static void bench_register_##w(void)      \
-	{                                                                      \
-		bench_register(&(w));                                          \
+#define BENCH_REGISTER(w)                                                 \
+	__attribute__((constructor)) static void bench_register_##w(void) \
+	{                                                                 \
+		bench_register(&(w));                                     \
 	}
 
 /* ---- output (report.c) -------------------------------------------------------- */

@@ -204,8 +204,10 @@ static void cpu_ticks(unsigned long long *busy, unsigned long long *total,
 			char *p = strrchr(buf, ')');
 			unsigned long long ut, st, cut, cst;
 
-			if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
-					       "%llu %llu %llu %llu", &ut, &st, &cut, &cst) == 4)
+			if (p && sscanf(p + 2,
+					"%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+					"%llu %llu %llu %llu",
+					&ut, &st, &cut, &cst) == 4)
 				*self = ut + st + cut + cst;
 		}
 		fclose(f);

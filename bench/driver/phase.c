@@ -36,8 +36,8 @@ void bench_progress(struct bench_ctx *ctx, const char *fmt, ...)
 		if (now - progress_last < 100000000u && progress_open)
 			return;
 		progress_last = now;
-		fprintf(stderr, "\r\033[K[%02u:%02u]%s %s", (unsigned)(el / 60), (unsigned)(el % 60),
-			ctx->child ? " (child)" : "", line);
+		fprintf(stderr, "\r\033[K[%02u:%02u]%s %s", (unsigned)(el / 60),
+			(unsigned)(el % 60), ctx->child ? " (child)" : "", line);
 		progress_open = true;
 	} else {
 		/* A log, not a display: one line every few seconds. */
@@ -169,10 +169,13 @@ void bench_phase_run(struct bench_ctx *ctx, const struct bench_phase *ph)
 				continue;
 			bench_progress(ctx, "%s %s %s: window %d/%d %s", ph->workload, ph->variant,
 				       ph->topo, r + 1, ph->reps, pools[i].a->name);
-			unsigned long pre = bench_thread_preempted() + atomic_load(&bench_pair_preempted);
+			unsigned long pre =
+				bench_thread_preempted() + atomic_load(&bench_pair_preempted);
 
 			v[i][r] = ph->fn(ph->state, &pools[i], n[i]);
-			dist[i][r] = bench_thread_preempted() + atomic_load(&bench_pair_preempted) != pre;
+			dist[i][r] =
+				bench_thread_preempted() + atomic_load(&bench_pair_preempted) !=
+				pre;
 			if (v[i][r] < 0) {
 				ok[i] = false;
 				bench_note(ctx, ph->workload, "%s %s: %s failed in window %d",

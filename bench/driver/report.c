@@ -101,8 +101,7 @@ static void machine_get(struct machine *m)
 
 	file_line("/proc/cpuinfo", "model name", m->cpu, sizeof(m->cpu));
 	file_line("/sys/kernel/mm/transparent_hugepage/enabled", NULL, m->thp, sizeof(m->thp));
-	file_line("/sys/kernel/mm/transparent_hugepage/defrag", NULL, m->defrag,
-		  sizeof(m->defrag));
+	file_line("/sys/kernel/mm/transparent_hugepage/defrag", NULL, m->defrag, sizeof(m->defrag));
 	file_line("/sys/devices/system/node/online", NULL, m->nodes, sizeof(m->nodes));
 	m->ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	if (!uname(&u))
@@ -140,17 +139,21 @@ void bench_write_machine(const struct bench_ctx *ctx, const char *path)
 		SHEAF_BENCH_BUILD, bench_sheaf_mode());
 	fprintf(f, "load average (/proc/loadavg) at start: %s; at end: %s\n", ctx->load_start,
 		ctx->load_end);
-	fprintf(f, "cpu ticks during the run: machine busy %llu of %llu (steal %llu), "
-		   "this run's own %llu\n", ctx->cpu_busy, ctx->cpu_total, ctx->cpu_steal,
-		ctx->cpu_self);
-	fprintf(f, "run: %s, windows %s; %d windows per contender across CPUs, %d on the fast "
-		   "path, %d for the others\n", ctx->quick ? "--quick" : "full",
+	fprintf(f,
+		"cpu ticks during the run: machine busy %llu of %llu (steal %llu), "
+		"this run's own %llu\n",
+		ctx->cpu_busy, ctx->cpu_total, ctx->cpu_steal, ctx->cpu_self);
+	fprintf(f,
+		"run: %s, windows %s; %d windows per contender across CPUs, %d on the fast "
+		"path, %d for the others\n",
+		ctx->quick ? "--quick" : "full",
 		ctx->quick ? "4 ms" : "5 ms (fast path), 10 ms (cross-CPU), 20 ms (others)",
 		ctx->reps_xcpu, ctx->quick ? ctx->reps : 31, ctx->reps);
 	fprintf(f, "packages (dpkg-query):\n");
 	p = popen("dpkg-query -W -f='${Package} ${Version}\\n' libc6 libjemalloc2 "
 		  "libmimalloc2.0 libtcmalloc-minimal4 dpdk-dev librte-mempool23 liburcu8 "
-		  "2>/dev/null", "r");
+		  "2>/dev/null",
+		  "r");
 	if (p) {
 		while (fgets(line, sizeof(line), p))
 			fprintf(f, "  %s", line);
@@ -216,10 +219,15 @@ static void fmt_num(char *b, size_t n, double v)
 		snprintf(b, n, "%.3f", v);
 }
 
-enum cell { CELL_HEAD, CELL_X_MI, CELL_X_BEST, CELL_ABOVE_FLOOR };
+enum cell {
+	CELL_HEAD,
+	CELL_X_MI,
+	CELL_X_BEST,
+	CELL_ABOVE_FLOOR
+};
 
-static void matrix(FILE *f, const struct bench_ctx *ctx, const char *wl, const char **col,
-		   int ncol, const int *first, int nrow, enum cell what)
+static void matrix(FILE *f, const struct bench_ctx *ctx, const char *wl, const char **col, int ncol,
+		   const int *first, int nrow, enum cell what)
 {
 	fprintf(f, "| variant | series |");
 	for (int c = 0; c < ncol; c++)
@@ -236,7 +244,8 @@ static void matrix(FILE *f, const struct bench_ctx *ctx, const char *wl, const c
 
 		fprintf(f, "| %s | %s |", rr->variant, rr->topo);
 		for (int c = 0; c < ncol; c++) {
-			double h = bench_headline(bench_find(ctx, wl, rr->variant, rr->topo, col[c]));
+			double h =
+				bench_headline(bench_find(ctx, wl, rr->variant, rr->topo, col[c]));
 			char b[32];
 
 			switch (what) {
@@ -288,9 +297,8 @@ static void spread_table(FILE *f, const struct bench_ctx *ctx, const char *wl)
 		fmt_num(b[3], 32, r->st.med);
 		fmt_num(b[4], 32, r->st.p75);
 		fmt_num(b[5], 32, r->st.max);
-		fprintf(f, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			r->variant, r->topo, r->contender, r->unit, used, b[0], b[1], b[2], b[3], b[4],
-			b[5]);
+		fprintf(f, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r->variant,
+			r->topo, r->contender, r->unit, used, b[0], b[1], b[2], b[3], b[4], b[5]);
 	}
 	fprintf(f, "\n</details>\n\n");
 }
@@ -310,9 +318,11 @@ static void notes_of(FILE *f, const struct bench_ctx *ctx, const char *wl)
 			kept++;
 	}
 	if (kept) {
-		fprintf(f, "Notes:\n\n- %d of %d figures had fewer than a third of their windows "
-			   "free of preemption by other processes; they are over all their windows "
-			   "(see the spread table).\n", kept, rowsn);
+		fprintf(f,
+			"Notes:\n\n- %d of %d figures had fewer than a third of their windows "
+			"free of preemption by other processes; they are over all their windows "
+			"(see the spread table).\n",
+			kept, rowsn);
 		any = true;
 	}
 
@@ -353,12 +363,14 @@ static void profiles_of(FILE *f, const struct bench_ctx *ctx, const char *wl)
 				fld[k++] = tok;
 			if (k == 4) {
 				if (!any)
-					fprintf(f, "**Sheaf's counters per 1,000 allocations** "
-						   "(sheaf_stats_get after the phase; full dumps in "
-						   "[sheaf-stats.txt](sheaf-stats.txt)):\n\n"
-						   "| variant | series | contender %s\n"
-						   "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-						   "---:|---:|---:|---:|\n", bench_profile_header);
+					fprintf(f,
+						"**Sheaf's counters per 1,000 allocations** "
+						"(sheaf_stats_get after the phase; full dumps in "
+						"[sheaf-stats.txt](sheaf-stats.txt)):\n\n"
+						"| variant | series | contender %s\n"
+						"|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+						"---:|---:|---:|---:|\n",
+						bench_profile_header);
 				any = true;
 				fprintf(f, "| %s | %s | %s %s\n", fld[0], fld[1], fld[2], fld[3]);
 			}
@@ -387,7 +399,8 @@ static void plots_of(FILE *f, const struct bench_ctx *ctx, const char *wl)
 	while ((e = readdir(d)) && n < 64) {
 		size_t l = strlen(e->d_name);
 
-		if (l > 4 && !strcmp(e->d_name + l - 4, ".png") && !strncmp(e->d_name, wl, wl_len) &&
+		if (l > 4 && !strcmp(e->d_name + l - 4, ".png") &&
+		    !strncmp(e->d_name, wl, wl_len) &&
 		    (e->d_name[wl_len] == '.' || e->d_name[wl_len] == '-'))
 			names[n++] = strdup(e->d_name);
 	}
@@ -424,44 +437,48 @@ void bench_write_report(const struct bench_ctx *ctx, const char *path, double el
 	fprintf(f, "- Machine: %s, %ld CPUs online (workloads on CPU %d and %d), NUMA nodes %s\n",
 		m.cpu, m.ncpu, bench_cpu[0], bench_cpu[1], m.nodes);
 	fprintf(f, "- Kernel %s, glibc %s, THP `%s`\n", m.kernel, gnu_get_libc_version(), m.thp);
-	fprintf(f, "- Sheaf %s (git %s), build %s, per-CPU mode `%s`\n", SHEAF_BENCH_VERSION,
-		m.git, SHEAF_BENCH_BUILD, bench_sheaf_mode());
-	fprintf(f, "- Run: %s, %.0f s; windows: %s, %d per contender across CPUs, %d for the "
-		   "others. Versions of the peers: [machine.txt](machine.txt). Raw figures: "
-		   "[results.csv](results.csv). Sheaf's own counters per phase: "
-		   "[sheaf-stats.txt](sheaf-stats.txt).\n",
+	fprintf(f, "- Sheaf %s (git %s), build %s, per-CPU mode `%s`\n", SHEAF_BENCH_VERSION, m.git,
+		SHEAF_BENCH_BUILD, bench_sheaf_mode());
+	fprintf(f,
+		"- Run: %s, %.0f s; windows: %s, %d per contender across CPUs, %d for the "
+		"others. Versions of the peers: [machine.txt](machine.txt). Raw figures: "
+		"[results.csv](results.csv). Sheaf's own counters per phase: "
+		"[sheaf-stats.txt](sheaf-stats.txt).\n",
 		ctx->quick ? "`--quick` (smoke run: few windows, figures are rough)" : "full suite",
 		elapsed_s,
-		ctx->quick ? "4 ms" : "5 ms for the fast path (31 per contender), 10 ms across "
-				      "CPUs, 20 ms for the others",
+		ctx->quick ? "4 ms" :
+			     "5 ms for the fast path (31 per contender), 10 ms across "
+			     "CPUs, 20 ms for the others",
 		ctx->reps_xcpu, ctx->reps);
 
-	fprintf(f, "- Other processes' CPU use during the run: %.0f%% of the machine (steal "
-		   "%.0f%%); load average at start `%s`. Anything above a few per cent means "
-		   "other work shared the two CPUs and disturbed the figures.\n\n",
-		other_pct(ctx), ctx->cpu_total ? 100.0 * (double)ctx->cpu_steal /
-						   (double)ctx->cpu_total : 0.0,
+	fprintf(f,
+		"- Other processes' CPU use during the run: %.0f%% of the machine (steal "
+		"%.0f%%); load average at start `%s`. Anything above a few per cent means "
+		"other work shared the two CPUs and disturbed the figures.\n\n",
+		other_pct(ctx),
+		ctx->cpu_total ? 100.0 * (double)ctx->cpu_steal / (double)ctx->cpu_total : 0.0,
 		ctx->load_start);
-	fprintf(f, "## Method\n\n"
-		   "Each contender does a fixed amount of work per window, calibrated once so a "
-		   "window lasts about %.0f ms%s; the windows of all contenders of one row "
-		   "alternate (the first contender rotates each round), so drifts of the host "
-		   "hit all alike. Timing: CLOCK_MONOTONIC; threads pinned with "
-		   "pthread_setaffinity_np. Same-CPU rows are judged by the **median** window "
-		   "(over the windows no other process preempted, when enough were), cross-CPU "
-		   "rows by the **fastest** window (min; p10 is in the spread table): this VM's "
-		   "host moves vCPUs in bursts and a cross-CPU round trip then jumps from "
-		   "~100 ns to microseconds, so the fastest windows measure the code and the "
-		   "rest the host; with fixed work per window, none can be faster than the "
-		   "code allows. Every "
-		   "allocator is called through one indirect call per operation. "
-		   "\"× mimalloc\" divides by mimalloc's headline in the same row; \"× best "
-		   "peer\" by the lowest of glibc, jemalloc, mimalloc, tcmalloc and DPDK's "
-		   "mempool in that row. `sheaf` is Sheaf's object-cache API with its defaults, "
-		   "`sheaf-k7` the same with SHEAF_KERNEL_COMPAT (configured like Linux 7.0), "
-		   "`sheaf-c512` the same with sheaves of 512 objects (DPDK's per-lcore cache "
-		   "size, for the mempool comparison at equal per-CPU caching), "
-		   "`sheaf-malloc` Sheaf's malloc front end.\n\n",
+	fprintf(f,
+		"## Method\n\n"
+		"Each contender does a fixed amount of work per window, calibrated once so a "
+		"window lasts about %.0f ms%s; the windows of all contenders of one row "
+		"alternate (the first contender rotates each round), so drifts of the host "
+		"hit all alike. Timing: CLOCK_MONOTONIC; threads pinned with "
+		"pthread_setaffinity_np. Same-CPU rows are judged by the **median** window "
+		"(over the windows no other process preempted, when enough were), cross-CPU "
+		"rows by the **fastest** window (min; p10 is in the spread table): this VM's "
+		"host moves vCPUs in bursts and a cross-CPU round trip then jumps from "
+		"~100 ns to microseconds, so the fastest windows measure the code and the "
+		"rest the host; with fixed work per window, none can be faster than the "
+		"code allows. Every "
+		"allocator is called through one indirect call per operation. "
+		"\"× mimalloc\" divides by mimalloc's headline in the same row; \"× best "
+		"peer\" by the lowest of glibc, jemalloc, mimalloc, tcmalloc and DPDK's "
+		"mempool in that row. `sheaf` is Sheaf's object-cache API with its defaults, "
+		"`sheaf-k7` the same with SHEAF_KERNEL_COMPAT (configured like Linux 7.0), "
+		"`sheaf-c512` the same with sheaves of 512 objects (DPDK's per-lcore cache "
+		"size, for the mempool comparison at equal per-CPU caching), "
+		"`sheaf-malloc` Sheaf's malloc front end.\n\n",
 		ctx->window_ms, ctx->quick ? "" : " (5 ms for the fast path, 10 ms across CPUs)");
 
 	fprintf(f, "## Contenders\n\n| contender | loaded |\n|---|---|\n");
@@ -472,14 +489,18 @@ void bench_write_report(const struct bench_ctx *ctx, const char *path, double el
 
 	for (int i = 0; i < ctx->ntg; i++)
 		ctx->tg[i].met > 0 ? met++ : ctx->tg[i].met == 0 ? missed++ : na++;
-	fprintf(f, "## Targets (issue 8)\n\n%d met, %d **not met**, %d not measured or for "
-		   "information.\n\n| result | target | measured |\n|---|---|---|\n",
+	fprintf(f,
+		"## Targets (issue 8)\n\n%d met, %d **not met**, %d not measured or for "
+		"information.\n\n| result | target | measured |\n|---|---|---|\n",
 		met, missed, na);
 	for (int i = 0; i < ctx->ntg; i++) {
 		const struct bench_target *t = &ctx->tg[i];
 
 		fprintf(f, "| %s | %s | %s |\n",
-			t->met > 0 ? "met" : t->met == 0 ? "**NOT MET**" : "–", t->text, t->detail);
+			t->met > 0  ? "met" :
+			t->met == 0 ? "**NOT MET**" :
+				      "–",
+			t->text, t->detail);
 	}
 	fprintf(f, "\n");
 
@@ -514,8 +535,10 @@ void bench_write_report(const struct bench_ctx *ctx, const char *path, double el
 			matrix(f, ctx, wl->name, col, ncol, first, nrow, CELL_X_BEST);
 		}
 		if (xcpu) {
-			fprintf(f, "**Cost above the floor** (%s minus the no-allocator hand-off, "
-				   "ns/obj):\n\n", bench_head_name(ctx->res[first[0]].head));
+			fprintf(f,
+				"**Cost above the floor** (%s minus the no-allocator hand-off, "
+				"ns/obj):\n\n",
+				bench_head_name(ctx->res[first[0]].head));
 			matrix(f, ctx, wl->name, col, ncol, first, nrow, CELL_ABOVE_FLOOR);
 		}
 		if (!mem)

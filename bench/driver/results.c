@@ -120,8 +120,7 @@ void bench_record(struct bench_ctx *ctx, const char *wl, const char *variant, co
 }
 
 const struct bench_result *bench_find(const struct bench_ctx *ctx, const char *wl,
-				      const char *variant, const char *topo,
-				      const char *contender)
+				      const char *variant, const char *topo, const char *contender)
 {
 	for (int i = ctx->nres - 1; i >= 0; i--) {
 		const struct bench_result *r = &ctx->res[i];
@@ -213,8 +212,8 @@ void bench_note(struct bench_ctx *ctx, const char *wl, const char *fmt, ...)
 void bench_profile(struct bench_ctx *ctx, const char *wl, const char *variant, const char *topo,
 		   const char *contender, const char *cells)
 {
-	size_t need = strlen(wl) + strlen(variant) + strlen(topo) + strlen(contender) +
-		      strlen(cells) + 8;
+	size_t need =
+		strlen(wl) + strlen(variant) + strlen(topo) + strlen(contender) + strlen(cells) + 8;
 
 	if (ctx->child) {
 		printf("P\t%s\t%s\t%s\t%s\t%s\n", wl, variant, topo, contender, cells);
@@ -230,8 +229,8 @@ void bench_profile(struct bench_ctx *ctx, const char *wl, const char *variant, c
 		ctx->profiles = n;
 		ctx->prof_cap = cap;
 	}
-	ctx->prof_len += (size_t)sprintf(ctx->profiles + ctx->prof_len, "%s\t%s\t%s\t%s\t%s\n",
-					 wl, variant, topo, contender, cells);
+	ctx->prof_len += (size_t)sprintf(ctx->profiles + ctx->prof_len, "%s\t%s\t%s\t%s\t%s\n", wl,
+					 variant, topo, contender, cells);
 }
 
 bool bench_name_in_csv(const char *list, const char *name)

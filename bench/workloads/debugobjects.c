@@ -25,7 +25,7 @@
 #include "sheaf_debug.h"
 
 #define DO_THREADS 4
-#define DO_BURST 1024
+#define DO_BURST   1024
 
 struct do_thread {
 	pthread_t tid;
@@ -59,7 +59,8 @@ static void *do_churn(void *arg)
 static void record1(struct bench_ctx *ctx, const char *topo, const char *pool, const char *unit,
 		    double v)
 {
-	struct bench_stat st = { .n = 1, .min = v, .p10 = v, .p25 = v, .med = v, .p75 = v, .max = v };
+	struct bench_stat
+		st = { .n = 1, .min = v, .p10 = v, .p25 = v, .med = v, .p75 = v, .max = v };
 
 	bench_record(ctx, "debugobjects", "raw", topo, pool, unit, BH_VALUE, &st);
 }
@@ -146,11 +147,12 @@ static void do_run(struct bench_ctx *ctx)
 	snprintf(variant, sizeof(variant), "%dthr-x-%d", DO_THREADS, DO_BURST);
 	for (int p = 0; p < 2; p++) {
 		for (int q = 0; q < 4 && got[p]; q++) {
-			static const char *const units[4] = { "ns/obj", "records", "records", "ms" };
+			static const char *const units[4] = { "ns/obj", "records", "records",
+							      "ms" };
 
 			bench_stat_compute(v[p][q], got[p], &st[p][q]);
-			bench_record(ctx, "debugobjects", variant, do_topos[q], do_pools[p], units[q],
-				     BH_MEDIAN, &st[p][q]);
+			bench_record(ctx, "debugobjects", variant, do_topos[q], do_pools[p],
+				     units[q], BH_MEDIAN, &st[p][q]);
 		}
 	}
 	if (!got[0] || !got[1]) {

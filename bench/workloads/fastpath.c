@@ -54,7 +54,8 @@ static void fp_target(struct bench_ctx *ctx, const char *variant)
 
 	snprintf(text, sizeof(text), "fast path %s: sheaf-malloc <= 1.0x the best malloc", variant);
 	if (isnan(best) || isnan(sm))
-		bench_target(ctx, "fastpath", -1, text, "not measured (sheaf-malloc %s, best peer %s)",
+		bench_target(ctx, "fastpath", -1, text,
+			     "not measured (sheaf-malloc %s, best peer %s)",
 			     isnan(sm) ? "absent" : "ok", isnan(best) ? "absent" : who);
 	else
 		bench_target(ctx, "fastpath", sm <= best, text,
@@ -66,7 +67,8 @@ static void fp_target(struct bench_ctx *ctx, const char *variant)
 	else
 		bench_target(ctx, "fastpath", sc <= best, text,
 			     "%.2f ns vs %s %.2f ns: %.2fx (median)", sc, who, best, sc / best);
-	snprintf(text, sizeof(text), "fast path %s: sheaf cache API <= 1.25x DPDK mempool", variant);
+	snprintf(text, sizeof(text), "fast path %s: sheaf cache API <= 1.25x DPDK mempool",
+		 variant);
 	dwho = "dpdk-mempool";
 	if (isnan(dp) || isnan(sc))
 		bench_target(ctx, "fastpath", -1, text, "not measured");
@@ -91,14 +93,21 @@ static void fp_run(struct bench_ctx *ctx)
 		for (int b = 0; b < 3; b++) {
 			char variant[40];
 			struct bench_phase ph = {
-				.workload = "fastpath", .variant = variant, .topo = "real",
-				.unit = "ns/pair", .head = BH_MEDIAN,
+				.workload = "fastpath",
+				.variant = variant,
+				.topo = "real",
+				.unit = "ns/pair",
+				.head = BH_MEDIAN,
 				.apis = BENCH_API_MALLOC | BENCH_API_CACHE,
-				.size = sizes[z], .max_live = batches[b], .granule = batches[b],
+				.size = sizes[z],
+				.max_live = batches[b],
+				.granule = batches[b],
 				/* Short windows: on a shared machine most 20-ms
 				 * windows see a preemption, 5-ms ones mostly not. */
 				.reps = ctx->quick ? ctx->reps : 31,
-				.window_ms = ctx->quick ? 0 : 5, .fn = fp_window, .state = &s,
+				.window_ms = ctx->quick ? 0 : 5,
+				.fn = fp_window,
+				.state = &s,
 			};
 
 			snprintf(variant, sizeof(variant), "%s/%zu", names[b], sizes[z]);

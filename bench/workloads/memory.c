@@ -40,8 +40,8 @@ static const struct mem_variant mem_variants[] = {
 };
 #define MEM_NVARIANTS (sizeof(mem_variants) / sizeof(mem_variants[0]))
 
-static const char *const mem_allocs[] = { "glibc", "jemalloc", "mimalloc", "tcmalloc",
-					  "sheaf-malloc", "sheaf", "sheaf-k7", NULL };
+static const char *const mem_allocs[] = { "glibc",        "jemalloc", "mimalloc", "tcmalloc",
+					  "sheaf-malloc", "sheaf",    "sheaf-k7", NULL };
 
 static void mem_run(struct bench_ctx *ctx)
 {
@@ -61,10 +61,10 @@ static void mem_run(struct bench_ctx *ctx)
 		}
 		for (int w = 0; w < 2; w++) {
 			static const char *const who[] = { "sheaf-malloc", "sheaf" };
-			double mi = bench_headline(bench_find(ctx, "memory", mv->name, "peak",
-							      "mimalloc"));
-			double sh = bench_headline(bench_find(ctx, "memory", mv->name, "peak",
-							      who[w]));
+			double mi = bench_headline(
+				bench_find(ctx, "memory", mv->name, "peak", "mimalloc"));
+			double sh =
+				bench_headline(bench_find(ctx, "memory", mv->name, "peak", who[w]));
 			char text[160];
 
 			if (!(mv->apis & BENCH_API_CACHE) && w == 1)
@@ -178,8 +178,8 @@ static int mem_child(struct bench_ctx *ctx, const char *arg)
 	st.min = st.p10 = st.p25 = st.med = st.p75 = st.max = (double)(hwm - base);
 	bench_record(ctx, "memory", vname, "peak", a->name, "KiB", BH_VALUE, &st);
 	st.min = st.p10 = st.p25 = st.med = st.p75 = st.max = (double)(after - base);
-	bench_record(ctx, "memory", vname, ctx->quick ? "after-0.2s" : "after-1s", a->name,
-		     "KiB", BH_VALUE, &st);
+	bench_record(ctx, "memory", vname, ctx->quick ? "after-0.2s" : "after-1s", a->name, "KiB",
+		     BH_VALUE, &st);
 	bench_pool_close(&p);
 	munmap(v, vbytes);
 	return 0;

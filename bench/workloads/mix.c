@@ -213,9 +213,18 @@ static void mix_run(struct bench_ctx *ctx)
 	for (int w = 0; w < 2; w++) {
 		struct mix_state s = { w == 1, 42, (uint64_t)(ctx->window_ms * 3e6) };
 		struct bench_phase ph = {
-			.workload = "mix", .variant = names[w], .topo = "real", .unit = "ns/pair",
-			.head = BH_MEDIAN, .apis = BENCH_API_MALLOC, .size = 0, .max_live = 0,
-			.granule = 1024, .reps = ctx->reps, .fn = mix_window, .state = &s,
+			.workload = "mix",
+			.variant = names[w],
+			.topo = "real",
+			.unit = "ns/pair",
+			.head = BH_MEDIAN,
+			.apis = BENCH_API_MALLOC,
+			.size = 0,
+			.max_live = 0,
+			.granule = 1024,
+			.reps = ctx->reps,
+			.fn = mix_window,
+			.state = &s,
 		};
 		const char *who;
 		double best, sm;
@@ -224,8 +233,10 @@ static void mix_run(struct bench_ctx *ctx)
 		bench_phase_run(ctx, &ph);
 		best = bench_best_peer(ctx, "mix", names[w], "real", BENCH_API_MALLOC, &who);
 		sm = bench_headline(bench_find(ctx, "mix", names[w], "real", "sheaf-malloc"));
-		snprintf(text, sizeof(text), "malloc mix %s: sheaf-malloc against the best malloc "
-			 "(no target in the issue; for information)", names[w]);
+		snprintf(text, sizeof(text),
+			 "malloc mix %s: sheaf-malloc against the best malloc "
+			 "(no target in the issue; for information)",
+			 names[w]);
 		if (isnan(best) || isnan(sm))
 			bench_target(ctx, "mix", -1, text, "not measured");
 		else

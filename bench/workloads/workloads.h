@@ -29,7 +29,7 @@ double bench_mix_window(struct bench_pool *p, uint64_t ops, bool wide, uint64_t 
  * the machine stalls it (other processes, vCPU moves): the figure is then
  * over the objects handed off so far, and such a window is among the slow
  * ones anyway.  bench_mix_window() takes the same cap. */
-double bench_xcpu_window(struct bench_pool *p, struct bench_ring *ring, uint64_t n,
-			 unsigned burst, uint64_t max_ns);
+double bench_xcpu_window(struct bench_pool *p, struct bench_ring *ring, uint64_t n, unsigned burst,
+			 uint64_t max_ns);
 
 #endif /* SHEAF_BENCH_WORKLOADS_H */

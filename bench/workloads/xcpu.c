@@ -27,7 +27,7 @@
 #include "workloads.h"
 
 #define XCPU_FAKE_TOPO "fake2-memoryless"
-#define XCPU_FAKE_ENV "SHEAF_FAKE_NUMA=2:memoryless=1"
+#define XCPU_FAKE_ENV  "SHEAF_FAKE_NUMA=2:memoryless=1"
 
 struct xcpu_run {
 	struct bench_pool *p;
@@ -119,8 +119,8 @@ struct xcpu_state {
 	uint64_t max_ns;
 };
 
-double bench_xcpu_window(struct bench_pool *p, struct bench_ring *ring, uint64_t n,
-			 unsigned burst, uint64_t max_ns)
+double bench_xcpu_window(struct bench_pool *p, struct bench_ring *ring, uint64_t n, unsigned burst,
+			 uint64_t max_ns)
 {
 	struct xcpu_run r;
 
@@ -163,13 +163,22 @@ static void xcpu_phases(struct bench_ctx *ctx, const char *topo, const char *con
 			 * stalled window is in the upper tail whatever its end,
 			 * and the cap bounds the suite's time on a busy machine. */
 			struct xcpu_state s = { xcpu_bursts[b], ring,
-						(uint64_t)((ctx->quick ? ctx->window_ms : 10) * 3e6) };
+						(uint64_t)((ctx->quick ? ctx->window_ms : 10) *
+							   3e6) };
 			struct bench_phase ph = {
-				.workload = "xcpu", .variant = variant, .topo = topo,
-				.unit = "ns/obj", .head = BH_MIN,
-				.apis = BENCH_API_MALLOC | BENCH_API_CACHE, .with_floor = true,
-				.size = xcpu_sizes[z], .max_live = 2 * BENCH_RING_SLOTS, .granule = 64,
-				.reps = ctx->reps_xcpu, .fn = xcpu_window, .state = &s,
+				.workload = "xcpu",
+				.variant = variant,
+				.topo = topo,
+				.unit = "ns/obj",
+				.head = BH_MIN,
+				.apis = BENCH_API_MALLOC | BENCH_API_CACHE,
+				.with_floor = true,
+				.size = xcpu_sizes[z],
+				.max_live = 2 * BENCH_RING_SLOTS,
+				.granule = 64,
+				.reps = ctx->reps_xcpu,
+				.fn = xcpu_window,
+				.state = &s,
 				.window_ms = ctx->quick ? 0 : 10,
 				.only_allocs = only,
 			};
@@ -197,14 +206,15 @@ static void xcpu_targets(struct bench_ctx *ctx)
 			mi = bench_headline(bench_find(ctx, "xcpu", variant, "real", "mimalloc"));
 			fl = bench_headline(bench_find(ctx, "xcpu", variant, "real", "floor"));
 			for (int w = 0; w < 2; w++) {
-				double sh = bench_headline(bench_find(ctx, "xcpu", variant, "real",
-								      who[w]));
+				double sh = bench_headline(
+					bench_find(ctx, "xcpu", variant, "real", who[w]));
 
 				snprintf(text, sizeof(text),
 					 "cross-CPU %s: %s ns/object <= %.1fx mimalloc's", variant,
 					 who[w], lim);
 				if (isnan(mi) || isnan(sh)) {
-					bench_target(ctx, "xcpu", -1, text, "not measured (%s absent)",
+					bench_target(ctx, "xcpu", -1, text,
+						     "not measured (%s absent)",
 						     isnan(sh) ? who[w] : "mimalloc");
 					continue;
 				}
@@ -220,11 +230,12 @@ static void xcpu_targets(struct bench_ctx *ctx)
 				static const char *const sw[] = { "sheaf", "sheaf-c512" };
 				static const char *const label[] = {
 					"sheaf cache API",
-					"sheaf-c512 (capacity 512 = DPDK's cache)" };
-				double sh = bench_headline(bench_find(ctx, "xcpu", variant, "real",
-								      sw[w]));
-				double dp = bench_headline(bench_find(ctx, "xcpu", variant, "real",
-								      "dpdk-mempool"));
+					"sheaf-c512 (capacity 512 = DPDK's cache)"
+				};
+				double sh = bench_headline(
+					bench_find(ctx, "xcpu", variant, "real", sw[w]));
+				double dp = bench_headline(
+					bench_find(ctx, "xcpu", variant, "real", "dpdk-mempool"));
 
 				snprintf(text, sizeof(text),
 					 "cross-CPU %s: %s <= 1.25x DPDK mempool", variant,
@@ -233,7 +244,8 @@ static void xcpu_targets(struct bench_ctx *ctx)
 					bench_target(ctx, "xcpu", -1, text, "not measured");
 				else
 					bench_target(ctx, "xcpu", sh <= 1.25 * dp, text,
-						     "%.1f vs %.1f ns (min): %.2fx", sh, dp, sh / dp);
+						     "%.1f vs %.1f ns (min): %.2fx", sh, dp,
+						     sh / dp);
 			}
 		}
 	}
@@ -246,25 +258,27 @@ static void xcpu_targets(struct bench_ctx *ctx)
 			double k7, sh;
 
 			snprintf(variant, sizeof(variant), "%s/%zu", xcpu_names[b], xcpu_sizes[z]);
-			k7 = bench_headline(bench_find(ctx, "xcpu", variant, XCPU_FAKE_TOPO,
-						       "sheaf-k7"));
-			sh = bench_headline(bench_find(ctx, "xcpu", variant, XCPU_FAKE_TOPO,
-						       "sheaf"));
+			k7 = bench_headline(
+				bench_find(ctx, "xcpu", variant, XCPU_FAKE_TOPO, "sheaf-k7"));
+			sh = bench_headline(
+				bench_find(ctx, "xcpu", variant, XCPU_FAKE_TOPO, "sheaf"));
 			snprintf(text, sizeof(text),
 				 "memoryless node, %s: Linux-7.0 config much slower (>= 1.5x) "
-				 "than Sheaf's default", variant);
+				 "than Sheaf's default",
+				 variant);
 			if (isnan(k7) || isnan(sh))
 				bench_target(ctx, "xcpu", -1, text, "not measured");
 			else
-				bench_target(ctx, "xcpu", k7 >= 1.5 * sh, text,
-					     "sheaf-k7 %.1f ns vs sheaf %.1f ns (min): %.2fx slower",
-					     k7, sh, k7 / sh);
+				bench_target(
+					ctx, "xcpu", k7 >= 1.5 * sh, text,
+					"sheaf-k7 %.1f ns vs sheaf %.1f ns (min): %.2fx slower", k7,
+					sh, k7 / sh);
 		}
 	}
 }
 
-static const char *const fake_allocs[] = { "floor", "mimalloc", "sheaf-malloc", "sheaf",
-					   "sheaf-k7", NULL };
+static const char *const fake_allocs[] = { "floor", "mimalloc", "sheaf-malloc",
+					   "sheaf", "sheaf-k7", NULL };
 
 static void xcpu_run(struct bench_ctx *ctx)
 {
@@ -287,8 +301,10 @@ static int xcpu_child(struct bench_ctx *ctx, const char *arg)
 	if (strcmp(arg, XCPU_FAKE_TOPO))
 		return 2;
 	if (bench_sheaf_topology(&nodes, &mem, &cpus) == 0)
-		bench_note(ctx, "xcpu", "%s child: Sheaf sees %u nodes, %u with memory, %u CPUs "
-			   "(%s)", XCPU_FAKE_TOPO, nodes, mem, cpus, XCPU_FAKE_ENV);
+		bench_note(ctx, "xcpu",
+			   "%s child: Sheaf sees %u nodes, %u with memory, %u CPUs "
+			   "(%s)",
+			   XCPU_FAKE_TOPO, nodes, mem, cpus, XCPU_FAKE_ENV);
 	xcpu_phases(ctx, XCPU_FAKE_TOPO, fake_allocs);
 	return 0;
 }
