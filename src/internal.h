@@ -18,9 +18,39 @@
 #define SHEAF_CACHE_MALLOC_CLASS 0x80000000u
 
 /* ---- "os.c": system calls, errors, time -------------------------------------------- */
-void *sheaf_os_map(size_t size);            /* zeroed RW pages, NULL on failure */
-void sheaf_os_unmap(void *p, size_t size);
-void sheaf_os_purge(void *p, size_t size);  /* madvise(MADV_DONTNEED) */
+/* Fault injection for tests (docs/testing.md, "Fault injection"): the calls Sheaf makes
+ * to the kernel, by kind.  Reachable only through these hidden functions (the static
+ * library's tests and fuzz targets), never from the environment. */
+enum sheaf_fault_kind {
+	SHEAF_FAULT_MMAP,       /* mmap and mremap */
+	SHEAF_FAULT_MUNMAP,
+	SHEAF_FAULT_MADVISE,
+	SHEAF_FAULT_MEMBARRIER,
+	SHEAF_FAULT_THREAD,     /* pthread_create */
+	SHEAF_FAULT_NR
+};
+/* Make the @nth next call of kind @k fail (1: the next one; 0: disarm); with
+ * @persistent, that call and every later one fail until disarmed. */
+void sheaf_fault_arm(enum sheaf_fault_kind k, long nth, bool persistent);
+void sheaf_fault_disarm_all(void);
+unsigned long sheaf_fault_hits(enum sheaf_fault_kind k); /* injected failures so far */
+bool sheaf_fault_fail(enum sheaf_fault_kind k);           /* the wrappers' test */
+/* Failures of munmap and madvise seen (injected or real), by kind: memory that stayed
+ * mapped.  Read by tests and the stats line. */
+extern atomic_ulong sheaf_os_fail_counts[SHEAF_FAULT_NR];
+
+/* The system calls, each wrapped once.  mmap/mremap return MAP_FAILED with errno set;
+ * munmap/madvise return 0 or -errno and report the first failure of the process on
+ * stderr; thread_create returns 0 or an error number, as pthread_create does. */
+void *sheaf_sys_mmap(void *addr, size_t len, int prot, int flags);
+void *sheaf_sys_mremap(void *old, size_t len, size_t nlen, int flags, void *new_addr);
+int sheaf_sys_munmap(void *p, size_t len);
+int sheaf_sys_madvise(void *p, size_t len, int advice);
+int sheaf_sys_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
+
+void *sheaf_os_map(size_t size);            /* zeroed RW pages, NULL + ENOMEM on failure */
+int sheaf_os_unmap(void *p, size_t size);   /* 0, or -errno (reported; the pages stay) */
+int sheaf_os_purge(void *p, size_t size);   /* madvise(MADV_DONTNEED): 0 or -errno */
 uint64_t sheaf_os_now_ns(void);
 int sheaf_os_getcpu(void);                  /* current CPU (rseq cpu_id via glibc) */
 /* Write a formatted line to stderr without allocating. */
@@ -30,7 +60,7 @@ void sheaf_os_print(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void sheaf_report_error(const struct sheaf_cache *c, const void *addr, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /* Fault injection for tests: the next @n page allocations succeed, then every one
- * fails (as if mmap failed) until reset with -1. */
+ * fails (as if the heap were full) until reset with -1. */
 void sheaf_os_inject_heap_failure(long n);
 
 /* ---- "options.c": one table of options (docs/options.md) ---------------------------- */
@@ -69,25 +99,41 @@ static inline int sheaf_cpu_to_node(int cpu)
 int sheaf_node_current(void);               /* node of the calling thread's CPU */
 
 /* ---- "page.c": the page heap (page provider) ----------------------------------------- */
+/* The heap is a window of address space, [base, base + cap), chosen at init and never
+ * reserved as a whole: 2 MiB blocks are mapped inside it one by one as slabs need them
+ * and unmapped when purged, and the page map and descriptors (flat arrays indexed by
+ * page) are mapped for the part covered so far, [base, base + size), which grows in
+ * steps.  So the heap takes from RLIMIT_AS what it uses (page.c has the reasons). */
 struct sheaf_heap {
-	char *base;                 /* reserved range, 2 MiB aligned */
-	size_t size;
-	size_t npages;
+	char *base;                 /* the heap window, 2 MiB aligned; fixed after init */
+	size_t size;                /* bytes of the window covered by pagemap and desc; grows
+				       under lock, read racily (sheaf_rd) by the lookups */
+	size_t cap;                 /* window bytes (SHEAF_HEAP_GB): size never passes it */
 	uintptr_t *pagemap;         /* key per page: owning sheaf_node, 0 if not a slab page */
 	struct sheaf_slab *desc;    /* descriptor per page */
 	pthread_mutex_t lock;       /* protects everything below */
 	struct sheaf_list free_area[SHEAF_MAX_NODES][SHEAF_BLOCK_ORDER];
-	size_t next_block;          /* bump index of never-used blocks */
-	uint32_t *free_blocks;      /* purged whole blocks, reusable by any node */
+	size_t next_block;          /* bump index of never-used blocks (read racily) */
+	uint32_t *free_blocks;      /* unmapped whole blocks, reusable by any node; entries
+				       with SHEAF_BLOCK_STILL_MAPPED set failed to unmap */
 	size_t nr_free_blocks, cap_free_blocks;
 	struct sheaf_list dirty_blocks[SHEAF_MAX_NODES]; /* free whole blocks not yet purged */
 	size_t dirty_bytes;         /* free but still resident (approximate) */
 	uint64_t dirty_since_ns;    /* when dirty_bytes last left 0 */
 	size_t mapped_bytes;        /* pages handed to slabs (read racily) */
 	size_t returned_bytes;      /* purged over the process life (read racily) */
+	size_t blocks_mapped;       /* blocks of address space held now (read racily) */
+	size_t holes;               /* blocks given up: something else was mapped there */
+	bool gate_closed;           /* sheaf_page_fast_gate(true): fast frees go slow */
 	unsigned purge_order;
 };
+#define SHEAF_BLOCK_STILL_MAPPED 0x80000000u
 extern struct sheaf_heap sheaf_heap;
+/* The free fast paths (percpu/rseq.h, malloc/malloc_internal.h) accept a pointer p with
+ * p - sheaf_heap.base below this: the covered size, or 0 while the gate is closed. */
+extern uintptr_t sheaf_page_fast_limit;
+/* Close (or reopen) the free fast paths: every free then takes the slow path. */
+void sheaf_page_fast_gate(bool closed);
 int sheaf_page_init(void);
 void *sheaf_page_alloc(unsigned order, int nid);       /* NULL + ENOMEM on failure */
 void sheaf_page_free(void *p, unsigned order, int nid);
@@ -97,7 +143,7 @@ void sheaf_page_purge_all(void);                        /* purge dirty free bloc
 static inline uintptr_t sheaf_page_key(const void *p)
 {
 	uintptr_t off = (uintptr_t)p - (uintptr_t)sheaf_heap.base;
-	if (sheaf_unlikely(off >= sheaf_heap.size))
+	if (sheaf_unlikely(off >= sheaf_rd(sheaf_heap.size)))
 		return 0;
 	return __atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED);
 }
@@ -105,7 +151,7 @@ static inline uintptr_t sheaf_page_key(const void *p)
 static inline struct sheaf_slab *sheaf_page_slab(const void *p)
 {
 	uintptr_t off = (uintptr_t)p - (uintptr_t)sheaf_heap.base;
-	if (sheaf_unlikely(off >= sheaf_heap.size))
+	if (sheaf_unlikely(off >= sheaf_rd(sheaf_heap.size)))
 		return NULL;
 	size_t pg = off >> SHEAF_PAGE_SHIFT;
 	if (!__atomic_load_n(&sheaf_heap.pagemap[pg], __ATOMIC_ACQUIRE))
@@ -293,6 +339,8 @@ void sheaf_rcu_cache_fini(struct sheaf_cache *c);  /* after the per-cache barrie
 /* Submit the pcs's partly filled rcu_free sheaf (thread exit, shrink, barrier). */
 void sheaf_rcu_flush_pcs(struct sheaf_cache *c, struct sheaf_pcs *pcs);
 /* TYPESAFE_BY_RCU: give slab pages back only after a grace period. */
-void sheaf_rcu_defer_pages(struct sheaf_cache *c, void *mem, unsigned order, int nid);
+/* The rcu_head lives in the discarded slab's descriptor (sl_rcu), so deferring cannot
+ * fail; sl_base, pg_order and pg_node say what to free. */
+void sheaf_rcu_defer_pages(struct sheaf_cache *c, struct sheaf_slab *s);
 
 #endif /* SHEAF_INTERNAL_H */

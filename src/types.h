@@ -152,8 +152,12 @@ struct sheaf_slab {
 	_Atomic uint64_t sl_fc;       /* freelist head, inuse, objects, frozen */
 	struct sheaf_node *sl_node;   /* owner; constant while the slab lives */
 	char *sl_base;                /* first slot */
-	struct sheaf_list sl_list;    /* SLAB: node partial list, protected by list_lock.
-					 FREE: buddy free list, protected by sheaf_heap.lock */
+	union {
+		struct sheaf_list sl_list;  /* SLAB: node partial list, protected by list_lock.
+					       FREE: buddy free list, protected by sheaf_heap.lock */
+		void *sl_rcu[2];            /* a discarded TYPESAFE_BY_RCU slab waiting for its
+					       grace period: the rcu_head (rcu_free.c) */
+	};
 	uint32_t pg_head_delta;       /* TAIL: pages back to the slab's first page */
 	uint8_t pg_kind;              /* enum sheaf_page_kind; written under sheaf_heap.lock
 					 (FREE) or before the slab is published (SLAB/TAIL) */

@@ -16,9 +16,121 @@
 
 #include "internal.h"
 
+/* ---- Fault injection (tests only: reached through the hidden sheaf_fault_arm, never
+ * through the environment, so a shipped library cannot be made to fail) ------------- */
+
+/* Calls of each kind left before the one that fails (1: the next); 0: off.  A persistent
+ * fault keeps failing every call from that one on, until disarmed. */
+static atomic_long fault_left[SHEAF_FAULT_NR];
+static atomic_bool fault_persist[SHEAF_FAULT_NR];
+static atomic_ulong fault_hits[SHEAF_FAULT_NR];
+
+void sheaf_fault_arm(enum sheaf_fault_kind k, long nth, bool persistent)
+{
+	atomic_store(&fault_persist[k], persistent);
+	atomic_store(&fault_left[k], nth > 0 ? nth : 0);
+}
+
+void sheaf_fault_disarm_all(void)
+{
+	for (int k = 0; k < SHEAF_FAULT_NR; k++)
+		atomic_store(&fault_left[k], 0);
+}
+
+unsigned long sheaf_fault_hits(enum sheaf_fault_kind k)
+{
+	return atomic_load(&fault_hits[k]);
+}
+
+bool sheaf_fault_fail(enum sheaf_fault_kind k)
+{
+	if (sheaf_likely(atomic_load_explicit(&fault_left[k], memory_order_relaxed) == 0))
+		return false;
+	long v = atomic_fetch_sub(&fault_left[k], 1);
+	if (v <= 0) { /* disarmed meanwhile, or past a one-shot fault: undo */
+		atomic_fetch_add(&fault_left[k], 1);
+		return false;
+	}
+	if (v != 1)
+		return false;
+	if (atomic_load(&fault_persist[k]))
+		atomic_store(&fault_left[k], 1); /* the next call fails too */
+	atomic_fetch_add(&fault_hits[k], 1);
+	return true;
+}
+
+/* ---- System calls, each checked (or its failure injected) in one place --------------- */
+
+void *sheaf_sys_mmap(void *addr, size_t len, int prot, int flags)
+{
+	if (sheaf_fault_fail(SHEAF_FAULT_MMAP)) {
+		errno = ENOMEM;
+		return MAP_FAILED;
+	}
+	return mmap(addr, len, prot, flags, -1, 0);
+}
+
+void *sheaf_sys_mremap(void *old, size_t len, size_t nlen, int flags, void *new_addr)
+{
+	if (sheaf_fault_fail(SHEAF_FAULT_MMAP)) {
+		errno = ENOMEM;
+		return MAP_FAILED;
+	}
+	return mremap(old, len, nlen, flags, new_addr);
+}
+
+/* munmap and madvise of ranges Sheaf mapped itself fail only when the kernel cannot
+ * split a mapping (ENOMEM: the process is at vm.max_map_count) or on a bug (EINVAL).
+ * Either way the memory stays where it is: the caller keeps or counts it, and the
+ * first such failure of a process is reported on stderr, since nothing else would
+ * show it (the error path must not allocate, so there is no more than one line). */
+static atomic_bool sys_fail_reported;
+
+static void sys_report(const char *call, const void *p, size_t len, int err)
+{
+	if (!atomic_exchange(&sys_fail_reported, true))
+		sheaf_os_print("sheaf: %s(%p, %zu) failed: %s; the memory stays mapped (reported once)",
+			       call, p, len, strerror(err));
+}
+
+int sheaf_sys_munmap(void *p, size_t len)
+{
+	int r = sheaf_fault_fail(SHEAF_FAULT_MUNMAP) ? (errno = ENOMEM, -1) : munmap(p, len);
+	if (r != 0) {
+		int e = errno;
+		atomic_fetch_add(&sheaf_os_fail_counts[SHEAF_FAULT_MUNMAP], 1);
+		sys_report("munmap", p, len, e);
+		errno = e;
+		return -e;
+	}
+	return 0;
+}
+
+int sheaf_sys_madvise(void *p, size_t len, int advice)
+{
+	int r = sheaf_fault_fail(SHEAF_FAULT_MADVISE) ? (errno = ENOMEM, -1) : madvise(p, len, advice);
+	if (r != 0) {
+		int e = errno;
+		atomic_fetch_add(&sheaf_os_fail_counts[SHEAF_FAULT_MADVISE], 1);
+		sys_report("madvise", p, len, e);
+		errno = e;
+		return -e;
+	}
+	return 0;
+}
+
+int sheaf_sys_thread_create(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+	if (sheaf_fault_fail(SHEAF_FAULT_THREAD))
+		return EAGAIN;
+	return pthread_create(t, NULL, fn, arg);
+}
+
+atomic_ulong sheaf_os_fail_counts[SHEAF_FAULT_NR];
+
 void *sheaf_os_map(size_t size)
 {
-	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *p = sheaf_sys_mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
 	if (p == MAP_FAILED) {
 		errno = ENOMEM;
 		return NULL;
@@ -26,17 +138,16 @@ void *sheaf_os_map(size_t size)
 	return p;
 }
 
-void sheaf_os_unmap(void *p, size_t size)
+int sheaf_os_unmap(void *p, size_t size)
 {
-	if (p)
-		munmap(p, size);
+	return p ? sheaf_sys_munmap(p, size) : 0;
 }
 
-void sheaf_os_purge(void *p, size_t size)
+int sheaf_os_purge(void *p, size_t size)
 {
 	/* MADV_DONTNEED, not MADV_FREE: RSS must drop at once, or users see "memory not
 	 * returned", the complaint most often filed against other allocators. */
-	madvise(p, size, MADV_DONTNEED);
+	return sheaf_sys_madvise(p, size, MADV_DONTNEED);
 }
 
 uint64_t sheaf_os_now_ns(void)

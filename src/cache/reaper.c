@@ -170,7 +170,7 @@ void sheaf_reaper_kick(void)
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	reaper_running = pthread_create(&reaper_thread, NULL, reaper_main, NULL) == 0;
+	reaper_running = sheaf_sys_thread_create(&reaper_thread, reaper_main, NULL) == 0;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (reaper_running)
 		pthread_setname_np(reaper_thread, "sheaf-reaper");

@@ -186,7 +186,7 @@ SHEAF_API int sheaf_global_stats_get(struct sheaf_global_stats *st)
 	tmp.size = sizeof(tmp);
 	tmp.version = SHEAF_STATS_VERSION;
 	if (atomic_load(&sheaf_g.init_state) == 2) {
-		tmp.heap_reserved = sheaf_heap.size;
+		tmp.heap_reserved = sheaf_rd(sheaf_heap.blocks_mapped) << SHEAF_BLOCK_SHIFT;
 		pthread_mutex_lock(&sheaf_heap.lock);
 		tmp.heap_mapped = sheaf_heap.mapped_bytes;
 		tmp.heap_returned = sheaf_heap.returned_bytes;

@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -347,9 +348,8 @@ static bool ext_grow_locked(struct ext_shard *s)
 	size_t cap = s->cap ? s->cap : 256;
 	while ((s->live + 1) * 2 > cap)
 		cap *= 2;
-	struct ext_slot *t = mmap(NULL, cap * sizeof(*t), PROT_READ | PROT_WRITE,
-				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (t == MAP_FAILED)
+	struct ext_slot *t = sheaf_os_map(cap * sizeof(*t));
+	if (!t)
 		return false;
 	struct ext_slot *old = s->tab;
 	size_t oldcap = s->cap;
@@ -361,7 +361,7 @@ static bool ext_grow_locked(struct ext_shard *s)
 			*ext_find_locked(s, old[i].addr, ext_hash(old[i].addr)) = old[i];
 	}
 	if (old)
-		munmap(old, oldcap * sizeof(*old));
+		(void)sheaf_os_unmap(old, oldcap * sizeof(*old)); /* reported if it fails */
 	return true;
 }
 
@@ -421,6 +421,19 @@ static size_t ext_lookup(const void *p, bool remove)
 	}
 	pthread_mutex_unlock(&s->lock);
 	return len;
+}
+
+/* The extent at @p (registered) now has @len bytes. */
+static void ext_set_len(const void *p, size_t len)
+{
+	uintptr_t a = (uintptr_t)p;
+	uint64_t h = ext_hash(a);
+	struct ext_shard *s = ext_shard_of(h);
+	pthread_mutex_lock(&s->lock);
+	struct ext_slot *e = ext_find_locked(s, a, h);
+	if (e->addr == a)
+		e->len = len;
+	pthread_mutex_unlock(&s->lock);
 }
 
 /* ---- Extent cache ------------------------------------------------------------------ */
@@ -520,7 +533,8 @@ static void xc_unmap(struct xc_node *v)
 {
 	while (v) {
 		struct xc_node *next = v->bin_next;
-		munmap(v, v->len);
+		/* A failure is reported (os.c); the extent then stays mapped, unused. */
+		(void)sheaf_os_unmap(v, v->len);
 		CTR_INC(extent_unmaps);
 		v = next;
 	}
@@ -558,7 +572,7 @@ static void *xc_take(size_t len, size_t align, size_t *got)
 static void xc_put(void *p, size_t len)
 {
 	if (len > SHEAF_MALLOC_EXTENT_CACHE_ONE || extent_len(len) != len) {
-		munmap(p, len);
+		(void)sheaf_os_unmap(p, len);
 		CTR_INC(extent_unmaps);
 		return;
 	}
@@ -618,16 +632,23 @@ static void *map_aligned(size_t len, size_t align)
 	size_t extra = align - PAGE;
 	if (len > SIZE_LIMIT - extra)
 		return NULL;
-	char *m = mmap(NULL, len + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-		       -1, 0);
+	char *m = sheaf_sys_mmap(NULL, len + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
 	if (m == MAP_FAILED)
 		return NULL;
 	char *p = (char *)round_up((uintptr_t)m, align);
+	/* A trim that fails (reported) leaves address space mapped beside the extent,
+	 * never the extent itself. */
 	if (p > m)
-		munmap(m, (size_t)(p - m));
+		(void)sheaf_os_unmap(m, (size_t)(p - m));
 	if ((size_t)(p - m) < extra)
-		munmap(p + len, extra - (size_t)(p - m));
+		(void)sheaf_os_unmap(p + len, extra - (size_t)(p - m));
 	return p;
+}
+
+static bool address_space_limited(void)
+{
+	struct rlimit r;
+	return getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY;
 }
 
 static void *large_alloc(size_t n, size_t align, bool zero)
@@ -647,7 +668,19 @@ static void *large_alloc(size_t n, size_t align, bool zero)
 			memset(p, 0, n); /* fresh mappings are zero already */
 		len = got;
 	} else {
+		/* The rounding to a size step costs address space, not memory: where
+		 * address space is limited (RLIMIT_AS, checked at each mapping because a
+		 * program may set it at any time) or runs out, do without it, as glibc
+		 * does.  Such an extent is not cached when freed (xc_put): its address
+		 * space goes back at once. */
+		size_t exact = round_up(n, PAGE);
+		if (exact < len && address_space_limited())
+			len = exact;
 		p = map_aligned(len, align);
+		if (!p && exact < len) {
+			len = exact;
+			p = map_aligned(len, align);
+		}
 		if (!p) {
 			errno = ENOMEM;
 			return NULL;
@@ -655,7 +688,7 @@ static void *large_alloc(size_t n, size_t align, bool zero)
 		CTR_INC(extent_maps);
 	}
 	if (unlikely(!ext_insert(p, len))) {
-		munmap(p, len);
+		(void)sheaf_os_unmap(p, len);
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -675,21 +708,38 @@ static void *extent_resize(void *p, size_t len, size_t n)
 	size_t nlen = extent_len(n);
 	if (nlen == len)
 		return p;
-	/* Take it out of the registry while its address and length change;
-	 * nobody else may use it meanwhile (it is being reallocated). */
-	ext_lookup(p, true);
-	void *q = mremap(p, len, nlen, nlen < len ? 0 : MREMAP_MAYMOVE);
+	/* In place first: a shrink always is, a growth when the pages after it are free.
+	 * Nobody else may use @p meanwhile (it is being reallocated). */
+	if (sheaf_sys_mremap(p, len, nlen, 0, NULL) != MAP_FAILED) {
+		ext_set_len(p, nlen);
+		CTR_INC(extent_remaps);
+		return p;
+	}
+	if (nlen < len) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	/* Moving: the destination is mapped and registered first, so that every step that
+	 * can fail comes before the block moves, and a failure leaves it where it was
+	 * (realloc's contract); then mremap moves the pages over our own mapping. */
+	void *q = sheaf_sys_mmap(NULL, nlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
 	if (q == MAP_FAILED) {
-		ext_insert(p, len); /* its slot was just freed: cannot fail */
 		errno = ENOMEM;
 		return NULL;
 	}
-	CTR_INC(extent_remaps);
 	if (unlikely(!ext_insert(q, nlen))) {
-		munmap(q, nlen);
+		(void)sheaf_os_unmap(q, nlen);
 		errno = ENOMEM;
 		return NULL;
 	}
+	if (sheaf_sys_mremap(p, len, nlen, MREMAP_MAYMOVE | MREMAP_FIXED, q) == MAP_FAILED) {
+		ext_lookup(q, true);
+		(void)sheaf_os_unmap(q, nlen);
+		errno = ENOMEM;
+		return NULL;
+	}
+	ext_lookup(p, true);
+	CTR_INC(extent_remaps);
 	return q;
 }
 

@@ -113,8 +113,10 @@ static inline void sheaf_free_inline(void *p)
 #if SHEAF_HAVE_RSEQ
 	if (!SHEAF_TRACK_ENABLED) {
 		uintptr_t off = (uintptr_t)p - (uintptr_t)sheaf_heap.base;
-		/* sheaf_rseq_free_limit: the heap size, 0 while a free-check hook is set. */
-		if (sheaf_likely(off < sheaf_rseq_free_limit)) {
+		/* The covered heap size, 0 while a free-check hook is set (page layer);
+		 * relaxed: the heap only grows, and a pointer of a new part reaches us
+		 * after the growth that made it (release). */
+		if (sheaf_likely(off < __atomic_load_n(&sheaf_page_fast_limit, __ATOMIC_RELAXED))) {
 			uintptr_t k = __atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT],
 						      __ATOMIC_RELAXED);
 			/* A node's cache pointer is set before its key is published. */

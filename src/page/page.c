@@ -1,27 +1,50 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * page.c - the page provider: slab memory from one reserved range of address space.
+ * page.c - the page provider: slab memory from a window of address space that is
+ * mapped as it is used.
  *
- * Why one range: the free fast path must tell, in O(1) and for *any* pointer, whether
- * Sheaf owns it.  With every slab inside [base, base + size), that is one
+ * Why one window: the free fast path must tell, in O(1) and for *any* pointer, whether
+ * Sheaf owns it.  With every slab inside [base, base + cap), that is one
  * subtraction and one compare, then a load from a flat page map (8 bytes per 4 KiB
  * page) that holds the owning cache node -- the key the fast path compares with its
  * sheaf's key.  Foreign pointers, pointers into free pages and into metadata (which
- * lives outside the range) all give key 0: "not ours".
+ * lives outside the heap part of the window) all give key 0: "not ours".
  *
- * The range is reserved PROT_NONE (no commit charge) and committed in 2 MiB blocks.
+ * Why the window is not reserved: every mapping counts against
+ * RLIMIT_AS, PROT_NONE ones too, so a reservation of the whole heap at start-up took
+ * what `ulimit -v` allowed from thread stacks and large blocks, and a limit lowered
+ * after start-up left nothing to grow into.  So nothing is reserved ahead:
+ *  - the window is only chosen at init, where the address space is free and expected to
+ *    stay free: at the bottom of a free range twice its size (a PROT_NONE probe, unmapped
+ *    again at once), or, when the probe does not fit under RLIMIT_AS, the same distance
+ *    below where the kernel maps now.  The kernel places new mappings top-down, so the
+ *    program's later mappings come down from above the window, the heap grows up;
+ *  - the page map and the descriptors, flat arrays over the window laid out below the
+ *    heap part, are mapped for the first `size` bytes of the window only, and `size`
+ *    grows in steps (64 MiB, or half the size so far, up to 1 GiB: 1.8 % of a step in
+ *    metadata address space, halved down to one block when the address space is short);
+ *  - each 2 MiB block is mapped (read-write, at its fixed address: a plain hint, which
+ *    the kernel honours when the range is free) when the buddy allocator first needs it,
+ *    and unmapped when it is purged as a whole, so freed memory gives its address space
+ *    back too.  A block whose address something else took meanwhile is skipped for good
+ *    (`holes`); its page-map entries stay 0.
+ * The growth is invisible to the fast path: it reads sheaf_page_fast_limit, which moves
+ * up after the new page-map slice is mapped (release).  At the cap or the limit a page
+ * allocation fails with ENOMEM and the caller reports it; the next one tries again, so
+ * freeing memory or raising the limit makes the heap usable again.
+ *
  * Inside a block pages are handed out by a binary buddy allocator (orders 0..8), so a
  * slab of 2^k pages is 2^k-page aligned.  Freed pages are given back with MADV_DONTNEED
  * with a delay and a floor (jemalloc and mimalloc, purging large blocks at once, were 6x
  * slower on a large-allocation benchmark): free runs stay resident while the dirty
  * total is under max(4 MiB, mapped / 8) and younger than a second; past that, the
  * largest dirty runs of SHEAF_PURGE_ORDER (64 KiB) or more are purged, whole free
- * blocks first, together with their slices of the page map and descriptor array.
- * Shrink purges everything at once, so RSS returns to its starting point (issue: 1 GiB
- * burst test).
+ * blocks first (unmapped), together with their slices of the page map and descriptor
+ * array.  Shrink purges everything at once, so RSS returns to its starting point
+ * (issue: 1 GiB burst test).
  *
- * Locking: sheaf_heap.lock protects the free lists, the block stack and the pg_* fields
- * of FREE descriptors.  It nests inside node->list_lock (design §4).
+ * Locking: sheaf_heap.lock protects the free lists, the block stack, the growth and the
+ * pg_* fields of FREE descriptors.  It nests inside node->list_lock (design §4).
  */
 #include <errno.h>
 #include <string.h>
@@ -31,6 +54,7 @@
 #include "internal.h"
 
 struct sheaf_heap sheaf_heap = { .lock = PTHREAD_MUTEX_INITIALIZER };
+uintptr_t sheaf_page_fast_limit;
 
 /* Fault injection (tests): page allocations left before they fail; -1 = off.
  * Protected by sheaf_heap.lock. */
@@ -43,52 +67,141 @@ void sheaf_os_inject_heap_failure(long n)
 	pthread_mutex_unlock(&sheaf_heap.lock);
 }
 
-static void *reserve_aligned(size_t size, size_t align, int prot)
+#define HEAP_MAP_FLAGS (MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)
+
+/* Map @len bytes read-write at exactly @addr: 0, -EEXIST when something else is there
+ * (the kernel put the mapping elsewhere; it is unmapped again), -ENOMEM. */
+static int map_exact(void *addr, size_t len)
 {
-	size_t len = size + align;
-	char *p = mmap(NULL, len, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	void *p = sheaf_sys_mmap(addr, len, PROT_READ | PROT_WRITE, HEAP_MAP_FLAGS);
 	if (p == MAP_FAILED)
-		return NULL;
-	char *a = (char *)SHEAF_ALIGN_UP((uintptr_t)p, align);
-	if (a > p)
-		munmap(p, (size_t)(a - p));
-	size_t tail = (size_t)((p + len) - (a + size));
-	if (tail)
-		munmap(a + size, tail);
-	return a;
+		return -ENOMEM;
+	if (p != addr) {
+		(void)sheaf_sys_munmap(p, len); /* reported if it fails */
+		return -EEXIST;
+	}
+	return 0;
+}
+
+static inline size_t pm_bytes(size_t heap_bytes) { return heap_bytes >> (SHEAF_PAGE_SHIFT - 3); }
+static inline size_t desc_bytes(size_t heap_bytes)
+{
+	return (heap_bytes >> SHEAF_PAGE_SHIFT) * sizeof(struct sheaf_slab);
+}
+
+/* Publish the fast paths' bound (release: the page-map slice is mapped).  Locked. */
+static void fast_limit_update_locked(void)
+{
+	struct sheaf_heap *h = &sheaf_heap;
+	__atomic_store_n(&sheaf_page_fast_limit, h->gate_closed ? 0 : h->size, __ATOMIC_RELEASE);
+}
+
+void sheaf_page_fast_gate(bool closed)
+{
+	pthread_mutex_lock(&sheaf_heap.lock);
+	sheaf_heap.gate_closed = closed;
+	fast_limit_update_locked();
+	pthread_mutex_unlock(&sheaf_heap.lock);
+}
+
+/* Cover @step more bytes of the window: map their page-map and descriptor slices.
+ * 0, or -ENOMEM (nothing changed).  Locked. */
+static int cover_map_locked(size_t step)
+{
+	struct sheaf_heap *h = &sheaf_heap;
+	char *pm = (char *)h->pagemap + pm_bytes(h->size);
+	char *ds = (char *)h->desc + desc_bytes(h->size);
+	if (map_exact(pm, pm_bytes(step)) != 0)
+		return -ENOMEM;
+	if (map_exact(ds, desc_bytes(step)) != 0) {
+		(void)sheaf_sys_munmap(pm, pm_bytes(step));
+		return -ENOMEM;
+	}
+	__atomic_store_n(&h->size, h->size + step, __ATOMIC_RELEASE);
+	fast_limit_update_locked();
+	return 0;
+}
+
+/* Grow the covered part: a step of 64 MiB or half the size so far (at most 1 GiB),
+ * halved down to one block while the address space is short.  Locked. */
+static int cover_grow_locked(void)
+{
+	struct sheaf_heap *h = &sheaf_heap;
+	size_t left = h->cap - h->size;
+	size_t step = SHEAF_MIN(SHEAF_MAX((size_t)64 << 20, h->size / 2), (size_t)1 << 30);
+	step = SHEAF_MIN(step, left);
+	for (; step >= SHEAF_BLOCK_SIZE; step = SHEAF_ALIGN_UP(step / 2, SHEAF_BLOCK_SIZE)) {
+		if (cover_map_locked(step) == 0)
+			return 0;
+		if (step == SHEAF_BLOCK_SIZE)
+			break;
+	}
+	return -ENOMEM;
+}
+
+/* Try the window whose metadata starts at @w (2 MiB aligned) for a heap of @cap bytes:
+ * 0 when its first step could be mapped there. */
+static int window_try(char *w, size_t cap)
+{
+	struct sheaf_heap *h = &sheaf_heap;
+	h->pagemap = (uintptr_t *)w;
+	h->desc = (struct sheaf_slab *)(w + pm_bytes(cap));
+	h->base = w + pm_bytes(cap) + desc_bytes(cap);
+	h->cap = cap;
+	h->size = 0;
+	if (cover_grow_locked() == 0)
+		return 0;
+	h->pagemap = NULL;
+	h->desc = NULL;
+	h->base = NULL;
+	h->cap = 0;
+	return -ENOMEM;
+}
+
+/* Choose the window (see the header comment).  Locked. */
+static int window_place_locked(size_t cap)
+{
+	for (; cap >= (64ul << 20); cap /= 2) {
+		size_t total = pm_bytes(cap) + desc_bytes(cap) + cap;
+		/* 1: the bottom of a free range of twice the window (the gap above it is
+		 * where the program's later mappings go first). */
+		size_t probe_len = 2 * total + SHEAF_BLOCK_SIZE;
+		char *probe = sheaf_sys_mmap(NULL, probe_len, PROT_NONE, HEAP_MAP_FLAGS);
+		if (probe != MAP_FAILED) {
+			char *w = (char *)SHEAF_ALIGN_UP((uintptr_t)probe, SHEAF_BLOCK_SIZE);
+			int un = sheaf_sys_munmap(probe, probe_len);
+			if (un == 0 && window_try(w, cap) == 0)
+				return 0;
+		}
+		/* 2: the probe does not fit under RLIMIT_AS: the same place found without
+		 * mapping it, below where the kernel maps now, then closer. */
+		char *x = sheaf_sys_mmap(NULL, SHEAF_BLOCK_SIZE, PROT_NONE, HEAP_MAP_FLAGS);
+		if (x == MAP_FAILED)
+			return -ENOMEM; /* not even 2 MiB of address space */
+		if (sheaf_sys_munmap(x, SHEAF_BLOCK_SIZE) != 0)
+			return -ENOMEM;
+		for (size_t gap = total; ; gap /= 16) {
+			uintptr_t top = (uintptr_t)x;
+			if (top > gap + total + (1ul << 32)) {
+				char *w = (char *)((top - gap - total) & ~(SHEAF_BLOCK_SIZE - 1));
+				if (window_try(w, cap) == 0)
+					return 0;
+			}
+			if (gap < SHEAF_BLOCK_SIZE)
+				break;
+		}
+	}
+	return -ENOMEM;
 }
 
 int sheaf_page_init(void)
 {
 	struct sheaf_heap *h = &sheaf_heap;
 	long gb = sheaf_option_long(SHEAF_OPT_HEAP_GB);
-	/* Halve the reservation while the address space is tight (Valgrind, ulimit -v),
-	 * down to 64 MiB. */
-	for (size_t size = gb > 0 ? (size_t)gb << 30 : 0; size >= (64ul << 20); size /= 2) {
-		size_t npages = size >> SHEAF_PAGE_SHIFT;
-		char *base = reserve_aligned(size, SHEAF_BLOCK_SIZE, PROT_NONE);
-		if (!base)
-			continue;
-		void *pm = reserve_aligned(npages * sizeof(uintptr_t), SHEAF_PAGE_SIZE, PROT_READ | PROT_WRITE);
-		void *ds = reserve_aligned(npages * sizeof(struct sheaf_slab), SHEAF_PAGE_SIZE,
-					   PROT_READ | PROT_WRITE);
-		if (!pm || !ds) {
-			munmap(base, size);
-			if (pm)
-				munmap(pm, npages * sizeof(uintptr_t));
-			if (ds)
-				munmap(ds, npages * sizeof(struct sheaf_slab));
-			continue;
-		}
-		h->base = base;
-		h->size = size;
-		h->npages = npages;
-		h->pagemap = pm;
-		h->desc = ds;
-		break;
-	}
-	if (!h->base)
+	if (gb <= 0)
 		return -ENOMEM;
+	if (gb > (1l << 16))
+		gb = 1l << 16; /* 64 TiB: half of the 47-bit user address space */
 	for (int n = 0; n < SHEAF_MAX_NODES; n++) {
 		for (int o = 0; o < SHEAF_BLOCK_ORDER; o++)
 			sheaf_list_init(&h->free_area[n][o]);
@@ -97,7 +210,10 @@ int sheaf_page_init(void)
 	h->purge_order = (unsigned)sheaf_option_long(SHEAF_OPT_PURGE_ORDER);
 	if (h->purge_order > SHEAF_BLOCK_ORDER)
 		h->purge_order = SHEAF_BLOCK_ORDER;
-	return 0;
+	pthread_mutex_lock(&h->lock);
+	int r = window_place_locked((size_t)gb << 30);
+	pthread_mutex_unlock(&h->lock);
+	return r;
 }
 
 static inline size_t page_index(const void *p)
@@ -106,31 +222,92 @@ static inline size_t page_index(const void *p)
 }
 static inline char *page_addr(size_t pg) { return sheaf_heap.base + (pg << SHEAF_PAGE_SHIFT); }
 
-/* Purge a whole free block with its page-map and descriptor slices.  Locked. */
-static void block_release_locked(size_t blk)
+/* Room for one more entry on the free-block stack.  Locked. */
+static bool free_blocks_reserve_locked(void)
+{
+	struct sheaf_heap *h = &sheaf_heap;
+	if (h->nr_free_blocks < h->cap_free_blocks)
+		return true;
+	size_t ncap = h->cap_free_blocks ? h->cap_free_blocks * 2 : 1024;
+	uint32_t *nb = sheaf_os_map(ncap * sizeof(uint32_t));
+	if (!nb)
+		return false;
+	if (h->free_blocks) {
+		memcpy(nb, h->free_blocks, h->nr_free_blocks * sizeof(uint32_t));
+		(void)sheaf_os_unmap(h->free_blocks, h->cap_free_blocks * sizeof(uint32_t));
+	}
+	h->free_blocks = nb;
+	h->cap_free_blocks = ncap;
+	return true;
+}
+
+/* Give a whole free block back to the OS: unmap it (its address space too), purge its
+ * page-map and descriptor slices, and remember it for reuse.  False when there is no
+ * room to remember it: the caller keeps it resident instead (nothing is lost).
+ * Locked. */
+static bool block_release_locked(size_t blk)
 {
 	struct sheaf_heap *h = &sheaf_heap;
 	size_t pg = blk << SHEAF_BLOCK_ORDER;
-	sheaf_os_purge(page_addr(pg), SHEAF_BLOCK_SIZE);
-	/* 512 entries * 8 B = one page; 512 * 64 B = 8 pages: both page aligned. */
-	sheaf_os_purge(&h->pagemap[pg], SHEAF_BLOCK_PAGES * sizeof(uintptr_t));
-	sheaf_os_purge(&h->desc[pg], SHEAF_BLOCK_PAGES * sizeof(struct sheaf_slab));
-	if (h->nr_free_blocks == h->cap_free_blocks) {
-		size_t ncap = h->cap_free_blocks ? h->cap_free_blocks * 2 : 1024;
-		uint32_t *nb = sheaf_os_map(ncap * sizeof(uint32_t));
-		if (!nb) {
-			/* Cannot remember it: leave the (purged) block unused rather than lose
-			 * track of it; it costs address space only. */
-			return;
-		}
-		if (h->free_blocks) {
-			memcpy(nb, h->free_blocks, h->nr_free_blocks * sizeof(uint32_t));
-			sheaf_os_unmap(h->free_blocks, h->cap_free_blocks * sizeof(uint32_t));
-		}
-		h->free_blocks = nb;
-		h->cap_free_blocks = ncap;
+	if (!free_blocks_reserve_locked())
+		return false;
+	uint32_t entry = (uint32_t)blk;
+	if (sheaf_sys_munmap(page_addr(pg), SHEAF_BLOCK_SIZE) == 0) {
+		h->blocks_mapped--;
+		h->returned_bytes += SHEAF_BLOCK_SIZE;
+	} else {
+		/* Still mapped (reported): at least give the memory back. */
+		entry |= SHEAF_BLOCK_STILL_MAPPED;
+		if (sheaf_os_purge(page_addr(pg), SHEAF_BLOCK_SIZE) == 0)
+			h->returned_bytes += SHEAF_BLOCK_SIZE;
 	}
-	h->free_blocks[h->nr_free_blocks++] = (uint32_t)blk;
+	/* 512 entries * 8 B = one page; 512 * 64 B = 8 pages: both page aligned.  A
+	 * failure leaves zeros resident (reported), nothing else. */
+	(void)sheaf_os_purge(&h->pagemap[pg], SHEAF_BLOCK_PAGES * sizeof(uintptr_t));
+	(void)sheaf_os_purge(&h->desc[pg], SHEAF_BLOCK_PAGES * sizeof(struct sheaf_slab));
+	h->free_blocks[h->nr_free_blocks++] = entry;
+	return true;
+}
+
+/* Map block @blk: 0, -EEXIST (the address is taken), -ENOMEM.  Locked. */
+static int block_map_locked(size_t blk)
+{
+	int r = map_exact(page_addr(blk << SHEAF_BLOCK_ORDER), SHEAF_BLOCK_SIZE);
+	if (r == 0)
+		sheaf_heap.blocks_mapped++;
+	return r;
+}
+
+/* Take a whole 2 MiB block for @nid: a released one, else a fresh one, covering more
+ * of the window when needed.  -1 when no block can be mapped (ENOMEM).  Locked. */
+static long block_take_locked(int nid)
+{
+	struct sheaf_heap *h = &sheaf_heap;
+	(void)nid; /* real NUMA placement: first touch by the node's CPUs (see docs) */
+	while (h->nr_free_blocks) {
+		uint32_t e = h->free_blocks[h->nr_free_blocks - 1];
+		size_t blk = e & ~SHEAF_BLOCK_STILL_MAPPED;
+		int r = (e & SHEAF_BLOCK_STILL_MAPPED) ? 0 : block_map_locked(blk);
+		if (r == -ENOMEM)
+			return -1; /* keep it listed: the next try may succeed */
+		h->nr_free_blocks--;
+		if (r == 0)
+			return (long)blk;
+		h->holes++; /* taken by another mapping while it was unmapped: give it up */
+	}
+	for (unsigned tries = 0; tries < 64; tries++) {
+		if ((h->next_block + 1) << SHEAF_BLOCK_SHIFT > h->size && cover_grow_locked() != 0)
+			return -1;
+		int r = block_map_locked(h->next_block);
+		if (r == -ENOMEM)
+			return -1;
+		size_t blk = h->next_block;
+		sheaf_wr(h->next_block, h->next_block + 1); /* read racily by the reaper */
+		if (r == 0)
+			return (long)blk;
+		h->holes++; /* something else is mapped there: skip it for good */
+	}
+	return -1;
 }
 
 static void mark_free_locked(size_t pg, unsigned order, int nid, int dirty)
@@ -141,26 +318,6 @@ static void mark_free_locked(size_t pg, unsigned order, int nid, int dirty)
 	d->pg_node = (uint8_t)nid;
 	d->pg_dirty = (uint8_t)dirty;
 	sheaf_list_add(&d->sl_list, &sheaf_heap.free_area[nid][order]);
-}
-
-/* Take a whole 2 MiB block for @nid: a purged one, else a fresh one.  Locked. */
-static long block_take_locked(int nid)
-{
-	struct sheaf_heap *h = &sheaf_heap;
-	long blk;
-	if (h->nr_free_blocks) {
-		blk = h->free_blocks[--h->nr_free_blocks];
-	} else {
-		if ((h->next_block + 1) << SHEAF_BLOCK_SHIFT > h->size)
-			return -1;
-		blk = (long)h->next_block;
-		if (mprotect(page_addr((size_t)blk << SHEAF_BLOCK_ORDER), SHEAF_BLOCK_SIZE,
-			     PROT_READ | PROT_WRITE) != 0)
-			return -1;
-		sheaf_wr(h->next_block, h->next_block + 1); /* read racily by the reaper */
-	}
-	(void)nid; /* real NUMA placement: first touch by the node's CPUs (see docs) */
-	return blk;
 }
 
 static inline void dirty_add_locked(size_t bytes)
@@ -185,12 +342,16 @@ static void purge_locked(size_t keep)
 	for (int n = 0; n < SHEAF_MAX_NODES && h->dirty_bytes > keep; n++) {
 		while (!sheaf_list_empty(&h->dirty_blocks[n]) && h->dirty_bytes > keep) {
 			struct sheaf_slab *d = sheaf_list_first(&h->dirty_blocks[n], struct sheaf_slab, sl_list);
+			size_t pg = (size_t)(d - h->desc);
 			sheaf_list_del(&d->sl_list);
 			sheaf_wr(d->pg_kind, SHEAF_PG_UNUSED);
-			size_t pg = (size_t)(d - h->desc);
-			h->returned_bytes += SHEAF_BLOCK_SIZE;
+			if (!block_release_locked(pg >> SHEAF_BLOCK_ORDER)) {
+				/* No room to remember it: it stays a resident free block. */
+				sheaf_wr(d->pg_kind, SHEAF_PG_FREE);
+				sheaf_list_add_tail(&d->sl_list, &h->dirty_blocks[n]);
+				break;
+			}
 			dirty_sub_locked(SHEAF_BLOCK_SIZE);
-			block_release_locked(pg >> SHEAF_BLOCK_ORDER);
 		}
 	}
 	for (int o = SHEAF_BLOCK_ORDER - 1; o >= (int)h->purge_order && h->dirty_bytes > keep; o--) {
@@ -201,8 +362,10 @@ static void purge_locked(size_t keep)
 				struct sheaf_slab *d = sheaf_container_of(pos, struct sheaf_slab, sl_list);
 				if (!d->pg_dirty)
 					continue;
-				sheaf_os_purge(page_addr((size_t)(d - h->desc)), SHEAF_PAGE_SIZE << o);
-				h->returned_bytes += SHEAF_PAGE_SIZE << o;
+				/* On failure (reported) the run stays resident and is not
+				 * counted as returned; it is not retried. */
+				if (sheaf_os_purge(page_addr((size_t)(d - h->desc)), SHEAF_PAGE_SIZE << o) == 0)
+					h->returned_bytes += SHEAF_PAGE_SIZE << o;
 				dirty_sub_locked(SHEAF_PAGE_SIZE << o);
 				d->pg_dirty = 0;
 			}
@@ -225,6 +388,36 @@ static inline void maybe_purge_locked(void)
 		purge_locked(0);
 }
 
+/* A free run of @order or more from node @nid's lists, or its resident free block:
+ * false when it has neither.  Locked. */
+static bool take_free_locked(int nid, unsigned order, size_t *pg, unsigned *o_out, int *dirty)
+{
+	struct sheaf_heap *h = &sheaf_heap;
+	unsigned o;
+	for (o = order; o < SHEAF_BLOCK_ORDER; o++)
+		if (!sheaf_list_empty(&h->free_area[nid][o]))
+			break;
+	struct sheaf_slab *d;
+	if (o < SHEAF_BLOCK_ORDER) {
+		d = sheaf_list_first(&h->free_area[nid][o], struct sheaf_slab, sl_list);
+		*dirty = d->pg_dirty;
+		if (*dirty)
+			dirty_sub_locked(SHEAF_PAGE_SIZE << o);
+	} else if (!sheaf_list_empty(&h->dirty_blocks[nid])) {
+		/* A free block still resident: reuse it before mapping another. */
+		d = sheaf_list_first(&h->dirty_blocks[nid], struct sheaf_slab, sl_list);
+		*dirty = 1;
+		dirty_sub_locked(SHEAF_BLOCK_SIZE);
+	} else {
+		return false;
+	}
+	sheaf_list_del(&d->sl_list);
+	sheaf_wr(d->pg_kind, SHEAF_PG_UNUSED);
+	*pg = (size_t)(d - h->desc);
+	*o_out = o;
+	return true;
+}
+
 void *sheaf_page_alloc(unsigned order, int nid)
 {
 	struct sheaf_heap *h = &sheaf_heap;
@@ -239,42 +432,31 @@ void *sheaf_page_alloc(unsigned order, int nid)
 		heap_fail_countdown--;
 	}
 	size_t pg = 0;
-	unsigned o;
-	for (o = order; o < SHEAF_BLOCK_ORDER; o++)
-		if (!sheaf_list_empty(&h->free_area[nid][o]))
-			break;
+	unsigned o = order;
 	int dirty = 0;
-	if (o < SHEAF_BLOCK_ORDER) {
-		struct sheaf_slab *d = sheaf_list_first(&h->free_area[nid][o], struct sheaf_slab, sl_list);
-		sheaf_list_del(&d->sl_list);
-		pg = (size_t)(d - h->desc);
-		dirty = d->pg_dirty;
-		if (dirty)
-			dirty_sub_locked(SHEAF_PAGE_SIZE << o);
-		sheaf_wr(d->pg_kind, SHEAF_PG_UNUSED);
-	} else if (!sheaf_list_empty(&h->dirty_blocks[nid])) {
-		/* A free block still resident: reuse it before committing another. */
-		struct sheaf_slab *d = sheaf_list_first(&h->dirty_blocks[nid], struct sheaf_slab, sl_list);
-		sheaf_list_del(&d->sl_list);
-		sheaf_wr(d->pg_kind, SHEAF_PG_UNUSED);
-		pg = (size_t)(d - h->desc);
-		dirty = 1;
-		dirty_sub_locked(SHEAF_BLOCK_SIZE);
-		o = SHEAF_BLOCK_ORDER;
-	} else {
+	/* This node's free runs and blocks, a new block, then (at the limit: the address
+	 * space is exhausted) what other nodes have free, rather than fail. */
+	int from = nid;
+	if (!take_free_locked(nid, order, &pg, &o, &dirty)) {
 		long blk = block_take_locked(nid);
-		if (blk < 0) {
-			pthread_mutex_unlock(&h->lock);
-			errno = ENOMEM;
-			return NULL;
+		if (blk >= 0) {
+			pg = (size_t)blk << SHEAF_BLOCK_ORDER;
+			o = SHEAF_BLOCK_ORDER;
+		} else {
+			for (from = 0; from < SHEAF_MAX_NODES; from++)
+				if (from != nid && take_free_locked(from, order, &pg, &o, &dirty))
+					break;
+			if (from == SHEAF_MAX_NODES) {
+				pthread_mutex_unlock(&h->lock);
+				errno = ENOMEM;
+				return NULL;
+			}
 		}
-		pg = (size_t)blk << SHEAF_BLOCK_ORDER;
-		o = SHEAF_BLOCK_ORDER;
 	}
 	/* Split down to the requested order; upper halves go back on the free lists. */
 	while (o > order) {
 		o--;
-		mark_free_locked(pg + (1ul << o), o, nid, dirty);
+		mark_free_locked(pg + (1ul << o), o, from, dirty);
 	}
 	h->mapped_bytes += SHEAF_PAGE_SIZE << order;
 	maybe_purge_locked();
@@ -332,8 +514,8 @@ void sheaf_page_purge_all(void)
 				struct sheaf_slab *d = sheaf_container_of(pos, struct sheaf_slab, sl_list);
 				if (!d->pg_dirty)
 					continue;
-				sheaf_os_purge(page_addr((size_t)(d - h->desc)), SHEAF_PAGE_SIZE << o);
-				h->returned_bytes += SHEAF_PAGE_SIZE << o;
+				if (sheaf_os_purge(page_addr((size_t)(d - h->desc)), SHEAF_PAGE_SIZE << o) == 0)
+					h->returned_bytes += SHEAF_PAGE_SIZE << o;
 				d->pg_dirty = 0;
 			}
 		}

@@ -135,7 +135,7 @@ void sheaf_free_check_hook_set(void (*fn)(const void *obj, size_t size))
 {
 	__atomic_store_n(&sheaf_free_check_hook, fn, __ATOMIC_RELEASE);
 	/* Every free now reaches the slow path, which calls the hook (rseq.h). */
-	__atomic_store_n(&sheaf_rseq_free_limit, fn ? 0 : sheaf_heap.size, __ATOMIC_RELEASE);
+	sheaf_page_fast_gate(fn != NULL);
 }
 
 static struct sheaf_tcache *tcache_create(void)

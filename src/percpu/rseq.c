@@ -32,7 +32,6 @@ extern const ptrdiff_t __rseq_offset __attribute__((weak));
 extern const unsigned int __rseq_size __attribute__((weak));
 
 ptrdiff_t sheaf_rseq_offset;
-uintptr_t sheaf_rseq_free_limit;
 
 /* Stand-in rseq area where glibc has none: cpu_id -2 forever (never registered). */
 static __thread struct {
@@ -107,6 +106,10 @@ __attribute__((destructor)) static void descriptors_defuse(void)
 
 static long membarrier(int cmd, unsigned flags, int cpu)
 {
+	if (sheaf_fault_fail(SHEAF_FAULT_MEMBARRIER)) {
+		errno = ENOMEM;
+		return -1;
+	}
 	return syscall(__NR_membarrier, cmd, flags, cpu);
 }
 
@@ -139,7 +142,6 @@ int sheaf_rseq_init(char *why, size_t len)
 		sheaf_rseq_offset = __rseq_offset;
 	else
 		sheaf_rseq_offset = (char *)&dummy_area - thread_pointer();
-	sheaf_rseq_free_limit = sheaf_heap.size;
 	descriptors_relocate();
 #if !SHEAF_HAVE_RSEQ
 	snprintf(why, len, "%s",
@@ -192,6 +194,29 @@ void sheaf_rseq_fork_child(void)
 	(void)membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0);
 }
 
+/* The fallback when membarrier fails after init (it can: ENOMEM for the IPI masks):
+ * run on CPU @k.  Our thread getting onto @k preempts whatever ran there, and a preempted
+ * restartable sequence aborts before it resumes, so once sched_getcpu() says @k, no
+ * sequence that started on @k before the call is still between its read and its
+ * commit.  A CPU that no thread may run on (offline, outside the cpuset: EINVAL) has
+ * nothing to fence.  Returns false only when the move did not happen. */
+static bool fence_by_migration(int k, const cpu_set_t *home)
+{
+	cpu_set_t one;
+	CPU_ZERO(&one);
+	CPU_SET(k, &one);
+	if (sched_setaffinity(0, sizeof(one), &one) != 0)
+		return errno == EINVAL;
+	bool ok = false;
+	for (int i = 0; i < 1000 && !ok; i++) {
+		ok = sched_getcpu() == k;
+		if (!ok)
+			sched_yield();
+	}
+	(void)sched_setaffinity(0, sizeof(*home), home);
+	return ok;
+}
+
 void sheaf_rseq_fence(int cpu)
 {
 	if (cpu >= 0 && fence_by_cpu &&
@@ -199,9 +224,21 @@ void sheaf_rseq_fence(int cpu)
 		return;
 	if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, 0, 0) == 0)
 		return;
-	/* Registered and tested at init: failing now would leave a sequence running on
-	 * a sheaf we are about to change.  Nothing safe remains. */
-	sheaf_os_print("sheaf: membarrier(PRIVATE_EXPEDITED_RSEQ) failed: %s", strerror(errno));
+	int err = errno;
+	cpu_set_t home;
+	if (sched_getaffinity(0, sizeof(home), &home) == 0) {
+		bool ok = true;
+		int lo = cpu >= 0 ? cpu : 0, hi = cpu >= 0 ? cpu + 1 : sheaf_g.ncpus;
+		for (int k = lo; ok && k < hi && k < CPU_SETSIZE; k++)
+			ok = fence_by_migration(k, &home);
+		if (ok)
+			return;
+	}
+	/* Neither works: a sequence may still be running on a sheaf we are about to
+	 * change.  Nothing safe remains. */
+	sheaf_os_print("sheaf: membarrier(PRIVATE_EXPEDITED_RSEQ) failed: %s, and the fallback "
+		       "(running on the CPU) failed too",
+		       strerror(err));
 	abort();
 }
 

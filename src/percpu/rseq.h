@@ -72,10 +72,10 @@
  * GOT).  Where glibc has no rseq area it points at a per-thread dummy whose cpu_id is
  * -2, so the fast path stays harmless in per-thread mode. */
 extern ptrdiff_t sheaf_rseq_offset;
-/* The free fast path accepts pointers below sheaf_heap.base + this.  It is the heap
- * size, or 0 once a free-check hook is installed (sheaf_free_check_hook_set), so that
- * every free then reaches the slow path and the hook without a test of its own. */
-extern uintptr_t sheaf_rseq_free_limit;
+/* The free fast path accepts pointers below sheaf_heap.base + sheaf_page_fast_limit
+ * (page layer): the part of the heap window covered so far, or 0 once a free-check hook
+ * is installed (sheaf_free_check_hook_set closes the gate), so that every free then
+ * reaches the slow path and the hook without a test of its own. */
 
 /* 0 when per-CPU mode can be used (glibc registered rseq, membarrier with rseq
  * restarts registered); otherwise -errno and a reason in @why.  Always sets
@@ -176,11 +176,11 @@ void sheaf_rseq_fork_child(void);
 		[objs] "i"(offsetof(struct sheaf_sheaf, objects))
 
 /* Free fast path: pushes @obj, or jumps to label @slow.  19 instructions.  The key
- * lookup is sheaf_page_key() with the bound taken from sheaf_rseq_free_limit. */
+ * lookup is sheaf_page_key() with the bound taken from sheaf_page_fast_limit. */
 #define SHEAF_RSEQ_PUSH(c, obj, slow)                                                  \
 	asm goto("mov %[o], %%rax\n\t"                                                 \
 		 "sub sheaf_heap+%c[hbase](%%rip), %%rax\n\t"                          \
-		 "cmp sheaf_rseq_free_limit(%%rip), %%rax\n\t"                         \
+		 "cmp sheaf_page_fast_limit(%%rip), %%rax\n\t"                         \
 		 "jae %l[" #slow "]\n\t"                                               \
 		 "shr %[pshift], %%rax\n\t"                                            \
 		 "mov sheaf_heap+%c[hmap](%%rip), %%rdx\n\t"                           \

@@ -188,13 +188,6 @@ struct rcu_state {
 	struct rcu_batch *fb;	       /* fallback batch being filled */
 };
 
-struct deferred_pages {
-	struct rcu_head head;
-	void *mem;
-	unsigned order;
-	int nid;
-};
-
 static inline void units_init(struct rcu_units *u)
 {
 	sheaf_list_init(&u->sheaves);
@@ -819,30 +812,28 @@ SHEAF_API void sheaf_rcu_barrier(void)
 
 /* ---- SHEAF_TYPESAFE_BY_RCU: slab pages go back after a grace period ------------------ */
 
+/* The rcu_head is kept in the discarded slab's descriptor, which nothing else uses until
+ * the pages are freed (its kind is UNUSED, so no buddy merges with it, and its page-map
+ * entries are 0).  So deferring allocates nothing and cannot fail: before, a failed
+ * allocation of a separate record kept the pages for good, silently. */
+_Static_assert(sizeof(struct rcu_head) <= sizeof(((struct sheaf_slab *)0)->sl_rcu),
+	       "rcu_head fits in a slab descriptor");
+
 static void deferred_pages_cb(struct rcu_head *head)
 {
-	struct deferred_pages *d = sheaf_container_of(head, struct deferred_pages, head);
-	tsan_acquire(d);
-	sheaf_page_free(d->mem, d->order, d->nid);
-	sheaf_meta_free(d, sizeof(*d));
+	struct sheaf_slab *s = sheaf_container_of((void *)head, struct sheaf_slab, sl_rcu);
+	tsan_acquire(s);
+	sheaf_page_free(s->sl_base, s->pg_order, s->pg_node);
 	atomic_fetch_sub(&cbs_pending, 1);
 }
 
-void sheaf_rcu_defer_pages(struct sheaf_cache *c, void *mem, unsigned order, int nid)
+void sheaf_rcu_defer_pages(struct sheaf_cache *c, struct sheaf_slab *s)
 {
 	(void)c;
-	struct deferred_pages *d = sheaf_meta_alloc(sizeof(*d));
-	if (!d) {
-		/* Cannot defer: keep the pages rather than purge them under a reader. */
-		return;
-	}
-	d->mem = mem;
-	d->order = order;
-	d->nid = nid;
 	atomic_fetch_add(&cbs_pending, 1);
-	tsan_release(d);
+	tsan_release(s);
 	/* The flavour was warmed when the cache was created (sheaf_rcu_cache_init). */
-	rcu_use()->call(&d->head, deferred_pages_cb);
+	rcu_use()->call((struct rcu_head *)(void *)s->sl_rcu, deferred_pages_cb);
 }
 
 /* liburcu's rule for libraries that use call_rcu(): callbacks must not outlive the

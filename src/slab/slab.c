@@ -127,7 +127,7 @@ static void slab_discard(struct sheaf_cache *c, struct sheaf_slab *s)
 	sheaf_stat_atomic(c, SHEAF_STAT_FREE_SLAB, 1);
 	sheaf_track_slab_gone(c, mem, SHEAF_PAGE_SIZE << order);
 	if (c->flags & SHEAF_TYPESAFE_BY_RCU)
-		sheaf_rcu_defer_pages(c, mem, order, n->nid); /* readers may still look */
+		sheaf_rcu_defer_pages(c, s); /* readers may still look */
 	else
 		sheaf_page_free(mem, order, n->nid);
 }
