@@ -43,7 +43,7 @@ static struct opt opts[SHEAF_OPT_NR] = {
 	[SHEAF_OPT_SHEAF_CAPACITY] = OPT("SHEAF_CAPACITY", OPT_LONG, "0", "sheaf capacity of every cache without an explicit one (0: D1 default)", "stable"),
 	[SHEAF_OPT_FAKE_NUMA] = OPT("FAKE_NUMA", OPT_STR, "", "fake topology: \"N\" nodes, CPU i on node i % N; \"N:memoryless=1,3\" makes nodes 1 and 3 memoryless", "stable"),
 	[SHEAF_OPT_PERCPU] = OPT("PERCPU", OPT_STR, "auto", "auto | rseq | thread: per-CPU sheaves with rseq, or per-thread sheaves", "stable"),
-	[SHEAF_OPT_HEAP_GB] = OPT("HEAP_GB", OPT_LONG, "64", "address space reserved for slabs, GiB (halved until the reservation succeeds)", "stable"),
+	[SHEAF_OPT_HEAP_GB] = OPT("HEAP_GB", OPT_LONG, "64", "cap of the slab heap, GiB: address space is taken in 2 MiB blocks as slabs need it, nothing is reserved ahead (docs/malloc.md, Limits)", "stable"),
 	[SHEAF_OPT_PURGE_ORDER] = OPT("PURGE_ORDER", OPT_LONG, "4", "free page runs of 4 KiB << n are given back to the OS at once", "evolving"),
 	[SHEAF_OPT_BARN_MAX_FULL] = OPT("BARN_MAX_FULL", OPT_LONG, "0", "soft limit of full sheaves per barn, the ceiling of the EWMA working set (D6); 0: as many as fit in SHEAF_BARN_BYTES, at least 10 (Linux 7.0's constant)", "stable"),
 	[SHEAF_OPT_BARN_MAX_EMPTY] = OPT("BARN_MAX_EMPTY", OPT_LONG, "0", "soft limit of empty sheaves per barn; 0: the same as the full limit", "stable"),
