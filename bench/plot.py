@@ -32,6 +32,7 @@ TITLES = {
     "xcpu": "Cross-CPU producer/consumer",
     "memory": "Memory",
     "mix": "Malloc mix, random sizes, cross-thread frees",
+    "shapes": "Malloc program shapes",
 }
 
 

@@ -229,8 +229,8 @@ int bench_hwm_reset(void);
 
 /*
  * Orders in use (bench/workloads/): 10 fastpath.c, 20 xcpu.c, 30 rcu.c (seed
- * 000, written with the RCU code), 40 memory.c, 50 mix.c; debugobjects.c
- * (seed 002) comes last.
+ * 000, written with the RCU code), 40 memory.c, 45 debugobjects.c (seed 002),
+ * 50 mix.c, 60 shapes.c.
  */
 
 struct bench_workload {

@@ -70,8 +70,12 @@ check "machine.txt written" test -s "$out/run/machine.txt"
 check "report has the targets section" grep -q '^## Targets (issue 8)' "$out/run/report.md"
 check "csv header" grep -q '^workload,variant,topology,contender,unit,headline_stat,headline,' \
 	"$out/run/results.csv"
-for wl in fastpath xcpu memory mix; do
+for wl in fastpath xcpu memory mix shapes; do
 	check "results.csv has $wl rows" grep -q "^$wl," "$out/run/results.csv"
+done
+for shape in xmalloc large thread simple larson; do
+	check "shape $shape timed sheaf-malloc" grep -q "^shapes,$shape,time,sheaf-malloc," \
+		"$out/run/results.csv"
 done
 sections=$(grep -c '^## [0-9]\. ' "$out/run/report.md")
 check "report has a section per workload ($sections)" test "$sections" -ge 4
