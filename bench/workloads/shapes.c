@@ -42,8 +42,8 @@
 
 #include "workloads.h"
 
-static const char *const sh_allocs[] = { "glibc", "jemalloc", "mimalloc", "tcmalloc",
-					 "sheaf-malloc", NULL };
+static const char *const sh_allocs[] = { "glibc",    "jemalloc",     "mimalloc",
+					 "tcmalloc", "sheaf-malloc", NULL };
 
 struct sh_shape {
 	const char *name;
@@ -64,7 +64,7 @@ static inline uint64_t sh_rand(uint64_t *s)
 
 /* ---- xmalloc: batches filled by two threads, freed by two others ---------------- */
 
-#define XM_BATCH 4096u
+#define XM_BATCH    4096u
 #define XM_INFLIGHT 8u
 
 struct xm_batch {
@@ -190,9 +190,9 @@ static int sh_xmalloc(struct bench_pool *p, bool quick)
 
 /* ---- large: 20 live blocks of 5-25 MiB, one replaced at a time -------------------- */
 
-#define LG_SLOTS 20u
-#define LG_MIN (5u << 20)
-#define LG_MAX (25u << 20)
+#define LG_SLOTS         20u
+#define LG_MIN           (5u << 20)
+#define LG_MAX           (25u << 20)
 #define LG_RSS_LIMIT_KIB (2l << 20) /* 2 GiB: far above the shape's own ~550 MiB */
 
 static int sh_large(struct bench_pool *p, bool quick)
@@ -280,7 +280,8 @@ static int sh_thread(struct bench_pool *p, bool quick)
 	int rc = 0;
 
 	for (int i = 0; i < 2; i++) {
-		a[i] = (struct th_arg){ .p = p, .ops = quick ? 300000 : 2000000,
+		a[i] = (struct th_arg){ .p = p,
+					.ops = quick ? 300000 : 2000000,
 					.seed = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1) };
 		if (pthread_create(&t[i], NULL, th_thread, &a[i])) {
 			th_thread(&a[i]);
@@ -330,7 +331,7 @@ static int sh_simple(struct bench_pool *p, bool quick)
 
 /* ---- larson: blocks freed by the thread that comes next ----------------------------- */
 
-#define LA_SLOTS 5000u
+#define LA_SLOTS   5000u
 #define LA_THREADS 2u
 
 struct la_arg {
@@ -393,7 +394,8 @@ static int sh_larson(struct bench_pool *p, bool quick)
 		for (unsigned t = 0; t < LA_THREADS; t++) {
 			/* Thread t of this round takes the array thread t-1 of the
 			 * previous round used. */
-			a[t] = (struct la_arg){ .p = p, .slot = arr[(t + r) % LA_THREADS],
+			a[t] = (struct la_arg){ .p = p,
+						.slot = arr[(t + r) % LA_THREADS],
 						.ops = 2 * LA_SLOTS,
 						.rng = rng + 977u * (r * LA_THREADS + t) };
 			started[t] = !pthread_create(&th[t], NULL, la_thread, &a[t]);
@@ -532,8 +534,9 @@ static int sh_child(struct bench_ctx *ctx, const char *arg)
 		uint64_t t0 = bench_now_ns();
 
 		if (sh->run(&p, ctx->quick)) {
-			bench_note(ctx, "shapes", "%s %s: allocation failed (or RSS over its bound)",
-				   sname, a->name);
+			bench_note(ctx, "shapes",
+				   "%s %s: allocation failed (or RSS over its bound)", sname,
+				   a->name);
 			return 1;
 		}
 		ms[i] = (double)(bench_now_ns() - t0) / 1e6;
