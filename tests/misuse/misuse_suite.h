@@ -1,0 +1,621 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * misuse_suite.h - every misuse of the object API that Sheaf promises to report
+ * (README "Errors"), one child process per kind and per entry point: the child must
+ * print exactly one line "sheaf: <kind>: cache '<name>' address 0x<addr>..." and abort,
+ * or, under SHEAF_ON_ERROR=warn, report, leak and go on.  A last test makes every
+ * misuse under warn and then checks that no object is handed out twice and that no
+ * two live objects overlap.
+ *
+ * The same suite runs on three kinds of cache (the including file sets MS_FLAVOR):
+ * a plain cache, a cache with a constructor and a SHEAF_TYPESAFE_BY_RCU cache (their
+ * free objects keep their contents, so the double-free mark lives outside the
+ * object: the constructed state and RCU readers must be unharmed), and in both
+ * per-CPU modes (the .env sidecar of test_misuse_thread selects per-thread sheaves).
+ */
+#ifndef MISUSE_SUITE_H
+#define MISUSE_SUITE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include <urcu/urcu-memb.h>
+
+#include "harness.h"
+#include "sheaf.h"
+#include "sheaf_stats.h"
+
+/* Internal (tests link the static library): switch the error mode in a child. */
+void sheaf_error_set_warn(int warn);
+
+enum { MS_PLAIN, MS_CTOR, MS_TYPESAFE };
+#ifndef MS_FLAVOR
+#define MS_FLAVOR MS_PLAIN
+#endif
+
+#define MS_SIZE	 64
+#define MS_CTOR_MAGIC 0xc0457c0457c04570ull
+
+struct ms_obj {
+	uint64_t ctor_state; /* set by the constructor; must survive every free */
+	uint64_t words[MS_SIZE / 8 - 1];
+};
+
+static void ms_ctor(void *p)
+{
+	struct ms_obj *o = p;
+	o->ctor_state = MS_CTOR_MAGIC;
+	for (unsigned i = 0; i < MS_SIZE / 8 - 1; i++)
+		o->words[i] = MS_CTOR_MAGIC + i;
+}
+
+static struct sheaf_cache *ms_new_cache(const char *name)
+{
+	struct sheaf_cache_args a = { 0 };
+	if (MS_FLAVOR == MS_CTOR)
+		a.ctor = ms_ctor;
+	if (MS_FLAVOR == MS_TYPESAFE)
+		a.flags = SHEAF_TYPESAFE_BY_RCU;
+	struct sheaf_cache *c = sheaf_cache_create(name, MS_SIZE, &a);
+	REQUIRE(c);
+	return c;
+}
+
+static struct sheaf_cache *ms_a, *ms_b; /* "ms-a", "ms-b" */
+
+/* ---- Child-process checks --------------------------------------------------------- */
+
+struct ms_case {
+	void (*fn)(void *);
+	void *arg;
+};
+
+/* One line, "sheaf: <kind>: cache '<cache>' address <addr>", and SIGABRT. */
+static void ms_expect(const char *what, void (*fn)(void *), void *arg, const char *kind, const char *cache,
+		      const void *addr)
+{
+	struct th_child r;
+	th_run_child(fn, arg, &r);
+	char head[160], at[64];
+	snprintf(head, sizeof(head), "sheaf: %s: cache '%s'", kind, cache);
+	snprintf(at, sizeof(at), "address %#lx", (unsigned long)(uintptr_t)addr);
+	CHECKF(r.signaled && r.sig == SIGABRT, "%s: did not abort (exit %d, signal %d): %s", what, r.status, r.sig,
+	       r.err);
+	CHECKF(strncmp(r.err, head, strlen(head)) == 0, "%s: expected '%s...' got: %s", what, head, r.err);
+	CHECKF(strstr(r.err, at) != NULL, "%s: expected '%s' in: %s", what, at, r.err);
+	char *nl = strchr(r.err, '\n');
+	CHECKF(nl && nl[1] == 0, "%s: not exactly one line: %s", what, r.err);
+}
+
+/* Under SHEAF_ON_ERROR=warn: the child reports the same line, marked as leaked, and
+ * exits 0 (it goes on after the report). */
+static void ms_expect_warn(const char *what, void (*fn)(void *), void *arg, const char *kind, const void *addr)
+{
+	struct th_child r;
+	sheaf_error_set_warn(1);
+	th_run_child(fn, arg, &r);
+	sheaf_error_set_warn(0);
+	char head[160], at[64];
+	snprintf(head, sizeof(head), "sheaf: %s: ", kind);
+	snprintf(at, sizeof(at), "address %#lx", (unsigned long)(uintptr_t)addr);
+	CHECKF(r.exited && r.status == 0, "%s (warn): exit %d signal %d: %s", what, r.status, r.sig, r.err);
+	CHECKF(strstr(r.err, head) && strstr(r.err, at), "%s (warn): expected '%s' and '%s' in: %s", what, head, at,
+	       r.err);
+	CHECKF(strstr(r.err, "SHEAF_ON_ERROR=warn") != NULL, "%s (warn): not marked as leaked: %s", what, r.err);
+}
+
+static void *ms_alloc(struct sheaf_cache *c)
+{
+	void *p = sheaf_cache_alloc(c);
+	REQUIRE(p);
+	return p;
+}
+
+/* ---- Interior pointers: every free entry point ----------------------------------------- */
+
+static void do_interior_free(void *p) { sheaf_cache_free(ms_a, (char *)p + 8); }
+static void do_interior_free_last_byte(void *p) { sheaf_cache_free(ms_a, (char *)p + MS_SIZE - 1); }
+static void do_interior_bulk(void *p)
+{
+	void *v[1] = { (char *)p + 8 };
+	sheaf_cache_free_bulk(ms_a, 1, v);
+}
+static void do_interior_bulk_mixed(void *p)
+{
+	void *q = ms_alloc(ms_a);
+	void *v[3] = { q, (char *)p + 16, NULL };
+	sheaf_cache_free_bulk(ms_a, 3, v);
+}
+static void do_interior_rcu(void *p)
+{
+	sheaf_cache_free_rcu(ms_a, (char *)p + 8);
+	sheaf_cache_rcu_barrier(ms_a);
+}
+
+static void test_interior(void)
+{
+	void *p = ms_alloc(ms_a);
+	ms_expect("free(p + 8)", do_interior_free, p, "interior pointer", "ms-a", (char *)p + 8);
+	ms_expect("free(p + size - 1)", do_interior_free_last_byte, p, "interior pointer", "ms-a",
+		  (char *)p + MS_SIZE - 1);
+	ms_expect("free_bulk({p + 8})", do_interior_bulk, p, "interior pointer", "ms-a", (char *)p + 8);
+	ms_expect("free_bulk({q, p + 16})", do_interior_bulk_mixed, p, "interior pointer", "ms-a", (char *)p + 16);
+	ms_expect("free_rcu(p + 8)", do_interior_rcu, p, "interior pointer", "ms-a", (char *)p + 8);
+	ms_expect_warn("free(p + 8)", do_interior_free, p, "interior pointer", (char *)p + 8);
+	sheaf_cache_free(ms_a, p);
+}
+
+/* ---- Double frees ------------------------------------------------------------------- */
+
+static void do_df_immediate(void *p)
+{
+	sheaf_cache_free(ms_a, p);
+	sheaf_cache_free(ms_a, p);
+}
+static void *ms_other;
+static void do_df_delayed(void *p)
+{
+	sheaf_cache_free(ms_a, p);
+	sheaf_cache_free(ms_a, ms_other);
+	sheaf_cache_free(ms_a, p);
+}
+static void do_df_many_between(void *p)
+{
+	void *v[300];
+	for (int i = 0; i < 300; i++)
+		v[i] = ms_alloc(ms_a);
+	sheaf_cache_free(ms_a, p);
+	for (int i = 0; i < 300; i++) /* p moves on: full sheaves go to the barn */
+		sheaf_cache_free(ms_a, v[i]);
+	sheaf_cache_free(ms_a, p);
+}
+static void do_df_after_shrink(void *p)
+{
+	sheaf_cache_free(ms_a, p);
+	sheaf_cache_shrink(ms_a); /* p is back on its slab's free list */
+	sheaf_cache_free(ms_a, p);
+}
+static void *free_in_thread(void *p)
+{
+	sheaf_cache_free(ms_a, p);
+	return NULL;
+}
+static void do_df_other_thread(void *p)
+{
+	pthread_t t;
+	pthread_create(&t, NULL, free_in_thread, p);
+	pthread_join(t, NULL);
+	sheaf_cache_free(ms_a, p);
+}
+static void *free_in_thread_and_stay(void *p)
+{
+	sheaf_cache_free(ms_a, p);
+	return NULL;
+}
+static void do_df_thread_alive(void *p)
+{
+	/* The first free stays in the other thread's sheaf (per-thread mode) or its
+	 * CPU's (per-CPU mode): the second free must find it there. */
+	pthread_t t;
+	pthread_create(&t, NULL, free_in_thread_and_stay, p);
+	pthread_join(t, NULL);
+	free_in_thread(p);
+}
+static void do_df_bulk(void *p)
+{
+	void *v[3] = { p, ms_other, p };
+	sheaf_cache_free_bulk(ms_a, 3, v);
+}
+static void do_df_bulk_after_free(void *p)
+{
+	sheaf_cache_free(ms_a, p);
+	void *v[2] = { ms_other, p };
+	sheaf_cache_free_bulk(ms_a, 2, v);
+}
+static void do_df_free_then_rcu(void *p)
+{
+	sheaf_cache_free(ms_a, p);
+	sheaf_cache_free_rcu(ms_a, p);
+	sheaf_cache_rcu_barrier(ms_a);
+}
+static void do_df_rcu_twice(void *p)
+{
+	sheaf_cache_free_rcu(ms_a, p);
+	sheaf_cache_free_rcu(ms_a, ms_other);
+	sheaf_cache_free_rcu(ms_a, p);
+	sheaf_cache_rcu_barrier(ms_a);
+}
+static void do_df_rcu_then_free(void *p)
+{
+	sheaf_cache_free_rcu(ms_a, p);
+	sheaf_cache_free(ms_a, p);
+	sheaf_cache_rcu_barrier(ms_a);
+}
+static void do_df_rcu_done_then_free(void *p)
+{
+	sheaf_cache_free_rcu(ms_a, p);
+	sheaf_cache_rcu_barrier(ms_a); /* p is back in the cache */
+	sheaf_cache_free(ms_a, p);
+}
+
+static void test_double_free(void)
+{
+	void *p = ms_alloc(ms_a);
+	ms_other = ms_alloc(ms_a);
+	ms_expect("free a; free a", do_df_immediate, p, "double free", "ms-a", p);
+	ms_expect("free a; free b; free a", do_df_delayed, p, "double free", "ms-a", p);
+	ms_expect("free a; 300 frees; free a", do_df_many_between, p, "double free", "ms-a", p);
+	ms_expect("free a; shrink; free a", do_df_after_shrink, p, "double free", "ms-a", p);
+	ms_expect("free a in a thread; free a", do_df_other_thread, p, "double free", "ms-a", p);
+	ms_expect("free a in two threads", do_df_thread_alive, p, "double free", "ms-a", p);
+	ms_expect("free_bulk({a, b, a})", do_df_bulk, p, "double free", "ms-a", p);
+	ms_expect("free a; free_bulk({b, a})", do_df_bulk_after_free, p, "double free", "ms-a", p);
+	ms_expect("free a; free_rcu a", do_df_free_then_rcu, p, "double free", "ms-a", p);
+	ms_expect("free_rcu a twice", do_df_rcu_twice, p, "double free", "ms-a", p);
+	ms_expect("free_rcu a; free a", do_df_rcu_then_free, p, "double free", "ms-a", p);
+	ms_expect("free_rcu a; barrier; free a", do_df_rcu_done_then_free, p, "double free", "ms-a", p);
+	ms_expect_warn("free a; free b; free a", do_df_delayed, p, "double free", p);
+	ms_expect_warn("free_bulk({a, b, a})", do_df_bulk, p, "double free", p);
+	sheaf_cache_free(ms_a, ms_other);
+	sheaf_cache_free(ms_a, p);
+}
+
+/* A live object may hold any bytes, including whatever a free writes into a free one:
+ * never a report for it.  The program copies a freed object's bytes (a use after free
+ * read, but of its own memory) into live ones and frees those. */
+static void test_no_false_report(void)
+{
+	struct sheaf_cache *c = ms_new_cache("ms-copy");
+	unsigned char img[MS_SIZE + 64];
+	struct ms_obj *d = ms_alloc(c);
+	size_t span = sheaf_cache_object_size(c);
+	sheaf_cache_free(c, d);
+	memcpy(img, d, span); /* the free object's bytes, mark included when in the object */
+	for (int round = 0; round < 4; round++) {
+		void *v[200];
+		for (int i = 0; i < 200; i++) {
+			v[i] = ms_alloc(c);
+			memcpy(v[i], img, span);
+		}
+		for (int i = 0; i < 200; i++)
+			sheaf_cache_free(c, v[i]);
+	}
+	sheaf_cache_destroy(c);
+	CHECK(1); /* no abort above */
+}
+
+/* ---- Wrong cache, foreign pointers ------------------------------------------------------- */
+
+static void do_wrong_cache(void *p) { sheaf_cache_free(ms_a, p); }
+static void do_wrong_cache_bulk(void *p)
+{
+	void *v[1] = { p };
+	sheaf_cache_free_bulk(ms_a, 1, v);
+}
+static void do_wrong_cache_rcu(void *p)
+{
+	sheaf_cache_free_rcu(ms_a, p);
+	sheaf_cache_rcu_barrier(ms_a);
+}
+static char ms_static[256] __attribute__((aligned(64)));
+static void do_foreign(void *p) { sheaf_cache_free(ms_a, p); }
+
+static void test_wrong_and_foreign(void)
+{
+	void *q = ms_alloc(ms_b);
+	ms_expect("free into the wrong cache", do_wrong_cache, q, "wrong cache", "ms-a", q);
+	ms_expect("free_bulk into the wrong cache", do_wrong_cache_bulk, q, "wrong cache", "ms-a", q);
+	ms_expect("free_rcu into the wrong cache", do_wrong_cache_rcu, q, "wrong cache", "ms-a", q);
+	ms_expect("free of a static buffer", do_foreign, ms_static, "invalid pointer", "ms-a", ms_static);
+	void *m = malloc(64);
+	ms_expect("free of glibc's memory", do_foreign, m, "invalid pointer", "ms-a", m);
+	free(m);
+	sheaf_cache_free(ms_b, q);
+}
+
+/* ---- Handles: prefilled sheaves, NULL and destroyed caches ----------------------------- */
+
+static struct sheaf_prefilled *ms_pf;
+static void do_return_wrong(void *a)
+{
+	(void)a;
+	sheaf_cache_return(ms_b, ms_pf);
+}
+static void do_alloc_from_wrong(void *a)
+{
+	(void)a;
+	sheaf_cache_alloc_from(ms_b, ms_pf);
+}
+static void do_refill_wrong(void *a)
+{
+	(void)a;
+	struct sheaf_prefilled *p = ms_pf;
+	sheaf_cache_refill(ms_b, &p, 4);
+}
+static void do_alloc_null(void *a)
+{
+	(void)a;
+	sheaf_cache_alloc(NULL);
+}
+static void do_free_null_cache(void *p) { sheaf_cache_free(NULL, p); }
+static void do_bulk_null_cache(void *p)
+{
+	void *v[1] = { p };
+	sheaf_cache_free_bulk(NULL, 1, v);
+}
+static struct sheaf_cache *ms_dead;
+static void do_alloc_destroyed(void *a)
+{
+	(void)a;
+	sheaf_cache_alloc(ms_dead);
+}
+static void do_free_destroyed(void *p) { sheaf_cache_free(ms_dead, p); }
+static void do_destroy_twice(void *a)
+{
+	(void)a;
+	sheaf_cache_destroy(ms_dead);
+}
+static void do_prefill_destroyed(void *a)
+{
+	(void)a;
+	sheaf_cache_prefill(ms_dead, 4);
+}
+static void do_shrink_destroyed(void *a)
+{
+	(void)a;
+	sheaf_cache_shrink(ms_dead);
+}
+
+static void test_handles(void)
+{
+	ms_pf = sheaf_cache_prefill(ms_a, 4);
+	REQUIRE(ms_pf);
+	ms_expect("return a prefilled sheaf to another cache", do_return_wrong, NULL, "wrong sheaf", "ms-b", ms_pf);
+	ms_expect("alloc_from another cache's sheaf", do_alloc_from_wrong, NULL, "wrong sheaf", "ms-b", ms_pf);
+	ms_expect("refill another cache's sheaf", do_refill_wrong, NULL, "wrong sheaf", "ms-b", ms_pf);
+	ms_expect_warn("return a prefilled sheaf to another cache", do_return_wrong, NULL, "wrong sheaf", ms_pf);
+	sheaf_cache_return(ms_a, ms_pf);
+
+	void *p = ms_alloc(ms_a);
+	ms_expect("sheaf_cache_alloc(NULL)", do_alloc_null, NULL, "invalid cache", "?", NULL);
+	ms_expect("sheaf_cache_free(NULL, p)", do_free_null_cache, p, "invalid cache", "?", NULL);
+	ms_expect("sheaf_cache_free_bulk(NULL, ...)", do_bulk_null_cache, p, "invalid cache", "?", NULL);
+	sheaf_cache_free(ms_a, p);
+
+	ms_dead = ms_new_cache("ms-dead");
+	void *d = ms_alloc(ms_dead);
+	sheaf_cache_free(ms_dead, d);
+	sheaf_cache_destroy(ms_dead);
+	ms_expect("alloc from a destroyed cache", do_alloc_destroyed, NULL, "destroyed cache", "ms-dead", ms_dead);
+	ms_expect("free into a destroyed cache", do_free_destroyed, d, "destroyed cache", "ms-dead", ms_dead);
+	ms_expect("destroy twice", do_destroy_twice, NULL, "destroyed cache", "ms-dead", ms_dead);
+	ms_expect("prefill a destroyed cache", do_prefill_destroyed, NULL, "destroyed cache", "ms-dead", ms_dead);
+	ms_expect("shrink a destroyed cache", do_shrink_destroyed, NULL, "destroyed cache", "ms-dead", ms_dead);
+	ms_expect_warn("destroy twice", do_destroy_twice, NULL, "destroyed cache", ms_dead);
+}
+
+/* ---- Bounds and input: EINVAL, no report, errno kept on success ---------------------- */
+
+static void test_bounds(void)
+{
+	struct sheaf_cache_args a = { .sheaf_capacity = 1u << 30 };
+	errno = 0;
+	CHECK(sheaf_cache_create("ms-huge", MS_SIZE, &a) == NULL && errno == EINVAL);
+	a.sheaf_capacity = SHEAF_MAX_SHEAF_CAPACITY + 1;
+	errno = 0;
+	CHECK(sheaf_cache_create("ms-huge", MS_SIZE, &a) == NULL && errno == EINVAL);
+	a.sheaf_capacity = SHEAF_MAX_SHEAF_CAPACITY;
+	struct sheaf_cache *c = sheaf_cache_create("ms-max", MS_SIZE, &a);
+	CHECK(c != NULL);
+	if (c) {
+		CHECK(sheaf_cache_set_capacity(c, SHEAF_MAX_SHEAF_CAPACITY + 1) == -EINVAL);
+		CHECK(sheaf_cache_set_capacity(c, 1u << 30) == -EINVAL);
+		CHECK(sheaf_cache_set_capacity(c, 0) == -EINVAL);
+		CHECK(sheaf_cache_set_capacity(c, 16) == 0);
+		sheaf_cache_destroy(c);
+	}
+	struct sheaf_cache_args f = { .flags = 0x8000u };
+	errno = 0;
+	CHECK(sheaf_cache_create("ms-flags", MS_SIZE, &f) == NULL && errno == EINVAL);
+	f.flags = 0x80000000u; /* the bit the malloc front end uses internally */
+	errno = 0;
+	CHECK(sheaf_cache_create("ms-flags", MS_SIZE, &f) == NULL && errno == EINVAL);
+	errno = 0;
+	CHECK(sheaf_cache_create("ms-big", (size_t)SHEAF_MAX_OBJECT_SIZE + 1, NULL) == NULL && errno == EINVAL);
+	errno = 0;
+	CHECK(sheaf_cache_create("ms-zero", 0, NULL) == NULL && errno == EINVAL);
+	errno = 0;
+	CHECK(sheaf_cache_prefill(ms_a, SHEAF_MAX_SHEAF_CAPACITY + 1) == NULL && errno == EINVAL);
+
+	/* Successful calls leave errno alone. */
+	errno = 1234;
+	c = ms_new_cache("ms-errno");
+	CHECKF(errno == 1234, "create changed errno to %d", errno);
+	void *p = sheaf_cache_alloc(c);
+	sheaf_cache_free(c, p);
+	struct sheaf_prefilled *pf = sheaf_cache_prefill(c, 3);
+	CHECK(pf != NULL);
+	sheaf_cache_return(c, pf);
+	void *v[50];
+	CHECK(sheaf_cache_alloc_bulk(c, 50, v) == 50);
+	sheaf_cache_free_bulk(c, 50, v);
+	sheaf_cache_shrink(c);
+	sheaf_cache_destroy(c);
+	CHECKF(errno == 1234, "a successful call changed errno to %d", errno);
+}
+
+/* ---- Under warn: go on after every kind; nothing handed out twice, no overlap --------- */
+
+#define MS_LIVE 3000
+static int ms_cmp(const void *x, const void *y)
+{
+	uintptr_t a = *(const uintptr_t *)x, b = *(const uintptr_t *)y;
+	return a < b ? -1 : a > b;
+}
+
+static void do_warn_continue(void *arg)
+{
+	(void)arg;
+	struct sheaf_cache *c = ms_new_cache("ms-cont");
+	struct sheaf_cache *other = ms_new_cache("ms-cont-b");
+	void *a = ms_alloc(c), *b = ms_alloc(c), *d = ms_alloc(c), *e = ms_alloc(c), *f = ms_alloc(c);
+	sheaf_cache_free(c, (char *)a + 8);  /* interior */
+	sheaf_cache_free(c, a);
+	sheaf_cache_free(c, b);
+	sheaf_cache_free(c, a);              /* delayed double free */
+	void *v[3] = { d, e, d };
+	sheaf_cache_free_bulk(c, 3, v);      /* double free inside one bulk call */
+	sheaf_cache_free(c, f);
+	sheaf_cache_shrink(c);
+	sheaf_cache_free(c, f);              /* double free of an object back on its slab */
+	if (MS_FLAVOR != MS_PLAIN) {
+		/* Free after free_rcu: reported at once where the mark is outside the
+		 * object; in a plain cache only at the end of the grace period, and only
+		 * if the object was not handed out again meanwhile (README). */
+		void *g = ms_alloc(c);
+		sheaf_cache_free_rcu(c, g);
+		sheaf_cache_free(c, g);
+	}
+	void *h = ms_alloc(c);
+	sheaf_cache_free_rcu(c, h);
+	sheaf_cache_free_rcu(c, h);          /* free_rcu twice */
+	sheaf_cache_rcu_barrier(c);
+	void *w = ms_alloc(other);
+	sheaf_cache_free(c, w);              /* wrong cache: leaked, w stays live in other */
+	struct sheaf_prefilled *pf = sheaf_cache_prefill(other, 2);
+	sheaf_cache_return(c, pf);           /* wrong sheaf: leaked */
+
+	/* Allocate many: every address distinct, no two live objects overlap. */
+	static uintptr_t live[MS_LIVE + 1];
+	size_t n = 0;
+	for (int i = 0; i < MS_LIVE; i++) {
+		live[n] = (uintptr_t)sheaf_cache_alloc(c);
+		if (!live[n])
+			_exit(20);
+		if (MS_FLAVOR == MS_CTOR && ((struct ms_obj *)live[n])->ctor_state != MS_CTOR_MAGIC)
+			_exit(22); /* constructed state lost */
+		memset((void *)live[n], 0x5a, MS_SIZE);
+		n++;
+	}
+	live[n++] = (uintptr_t)w;
+	qsort(live, n, sizeof(live[0]), ms_cmp);
+	for (size_t i = 1; i < n; i++)
+		if (live[i] < live[i - 1] + MS_SIZE)
+			_exit(21);
+	_exit(0);
+}
+
+static void test_warn_continue(void)
+{
+	struct th_child r;
+	sheaf_error_set_warn(1);
+	th_run_child(do_warn_continue, NULL, &r);
+	sheaf_error_set_warn(0);
+	CHECKF(r.exited && r.status == 0, "exit %d signal %d (20: no memory, 21: overlap, 22: ctor state lost): %s",
+	       r.status, r.sig, r.err);
+	static const char *const kinds[] = { "interior pointer", "double free", "wrong cache", "wrong sheaf" };
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		CHECKF(strstr(r.err, kinds[i]) != NULL, "no '%s' report in: %s", kinds[i], r.err);
+	/* interior, delayed, bulk, slab, [free after free_rcu,] free_rcu twice, wrong
+	 * cache, wrong sheaf */
+	int lines = 0, want = MS_FLAVOR == MS_PLAIN ? 7 : 8;
+	for (const char *s = r.err; (s = strchr(s, '\n')) != NULL; s++)
+		lines++;
+	CHECKF(lines == want, "expected %d reports, got %d: %s", want, lines, r.err);
+}
+
+/* ---- Constructed state and RCU readers unharmed by the checks -------------------------- */
+
+static atomic_int ms_stop;
+static struct ms_obj *_Atomic ms_shared;
+static atomic_long ms_reads, ms_bad;
+
+static void *ms_reader(void *arg)
+{
+	(void)arg;
+	urcu_memb_register_thread();
+	while (!atomic_load(&ms_stop)) {
+		urcu_memb_read_lock();
+		struct ms_obj *o = atomic_load(&ms_shared);
+		if (o) {
+			/* Typesafe: the object may have been freed and reused, but it is
+			 * always an ms_obj whose constructed state is intact. */
+			if (o->ctor_state != MS_CTOR_MAGIC)
+				atomic_fetch_add(&ms_bad, 1);
+			/* Plain: free_rcu keeps every byte until the grace period ends. */
+			if (MS_FLAVOR == MS_PLAIN && o->words[0] != 0x1111111111111111ull)
+				atomic_fetch_add(&ms_bad, 1);
+			atomic_fetch_add(&ms_reads, 1);
+		}
+		urcu_memb_read_unlock();
+	}
+	urcu_memb_unregister_thread();
+	return NULL;
+}
+
+static void test_readers_unharmed(void)
+{
+	struct sheaf_cache *c = ms_new_cache("ms-readers");
+	pthread_t t[2];
+	for (int i = 0; i < 2; i++)
+		pthread_create(&t[i], NULL, ms_reader, NULL);
+	for (int round = 0; round < 3000; round++) {
+		struct ms_obj *o = ms_alloc(c);
+		if (MS_FLAVOR == MS_CTOR) {
+			CHECK(o->ctor_state == MS_CTOR_MAGIC);
+		} else {
+			/* Written before it is published, never cleared: typesafe readers
+			 * may see it after a free (the allocator writes nothing into the
+			 * object), plain readers until the grace period ends. */
+			o->ctor_state = MS_CTOR_MAGIC;
+			for (unsigned i = 0; i < MS_SIZE / 8 - 1; i++)
+				o->words[i] = 0x1111111111111111ull;
+		}
+		struct ms_obj *old = atomic_exchange(&ms_shared, o);
+		if (old) {
+			if (MS_FLAVOR == MS_PLAIN)
+				sheaf_cache_free_rcu(c, old);
+			else if (round % 2)
+				sheaf_cache_free(c, old); /* typesafe/ctor: reuse at once is fine */
+			else
+				sheaf_cache_free_rcu(c, old);
+		}
+	}
+	atomic_store(&ms_stop, 1);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	struct ms_obj *last = atomic_exchange(&ms_shared, NULL);
+	sheaf_cache_free_rcu(c, last);
+	sheaf_cache_rcu_barrier(c);
+	CHECKF(atomic_load(&ms_bad) == 0, "%ld of %ld reads saw a damaged object", atomic_load(&ms_bad),
+	       atomic_load(&ms_reads));
+	if (MS_FLAVOR == MS_CTOR) {
+		/* Every object the cache hands out is still constructed. */
+		void *v[500];
+		for (int i = 0; i < 500; i++) {
+			v[i] = ms_alloc(c);
+			CHECK(((struct ms_obj *)v[i])->ctor_state == MS_CTOR_MAGIC);
+		}
+		for (int i = 0; i < 500; i++)
+			sheaf_cache_free(c, v[i]);
+	}
+	sheaf_cache_destroy(c);
+}
+
+static int ms_main(void)
+{
+	ms_a = ms_new_cache("ms-a");
+	ms_b = ms_new_cache("ms-b");
+	RUN(test_interior);
+	RUN(test_double_free);
+	RUN(test_no_false_report);
+	RUN(test_wrong_and_foreign);
+	RUN(test_handles);
+	RUN(test_bounds);
+	RUN(test_warn_continue);
+	RUN(test_readers_unharmed);
+	return th_done();
+}
+
+#endif /* MISUSE_SUITE_H */
