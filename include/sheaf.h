@@ -55,6 +55,13 @@ struct sheaf_prefilled;
  * nodes, remote-node objects bypass sheaves, fixed barn limits, global RCU
  * barrier on destroy). */
 #define SHEAF_KERNEL_COMPAT    0x0100u
+/* Every flag above; any other bit makes sheaf_cache_create fail with EINVAL. */
+#define SHEAF_CACHE_FLAGS_ALL  0x01f7u
+
+/* The largest sheaf capacity (sheaf_cache_args.sheaf_capacity,
+ * sheaf_cache_set_capacity, SHEAF_SHEAF_CAPACITY) and the largest prefill:
+ * above it, EINVAL.  A sheaf of this many pointers is 32 KiB. */
+#define SHEAF_MAX_SHEAF_CAPACITY 4096u
 
 struct sheaf_cache_args {
 	size_t align;                /* 0: natural (8, or 16 for sizes >= 16) */
@@ -65,8 +72,13 @@ struct sheaf_cache_args {
 
 /* Create a cache of objects of @size bytes.  @args may be NULL.  @name is
  * copied (at most 47 bytes kept).  Returns NULL with errno set on failure
- * (EINVAL for size 0, a size over SHEAF_MAX_OBJECT_SIZE or a bad alignment;
- * ENOMEM). */
+ * (EINVAL for size 0, a size over SHEAF_MAX_OBJECT_SIZE, a bad alignment, a
+ * sheaf_capacity over SHEAF_MAX_SHEAF_CAPACITY or an undefined flag; ENOMEM);
+ * on success errno is left as it was.
+ *
+ * Misuse (README "Errors"): a NULL or destroyed cache, an interior, foreign or
+ * already free pointer, an object or prefilled sheaf of another cache is
+ * reported on one line and aborts (SHEAF_ON_ERROR=warn: reported and leaked). */
 SHEAF_API struct sheaf_cache *sheaf_cache_create(const char *name, size_t size,
 						 const struct sheaf_cache_args *args);
 
@@ -85,7 +97,9 @@ SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **obj
 /* Prefilled sheaves (kernel: kmem_cache_prefill_sheaf).  A prefilled sheaf
  * with at least @n objects guarantees @n successful sheaf_cache_alloc_from()
  * calls; alloc_from returns NULL once the sheaf is empty, never falling back
- * to the cache.  prefill returns NULL (errno ENOMEM, or EINVAL for n == 0). */
+ * to the cache.  prefill returns NULL (errno ENOMEM, or EINVAL for n == 0 or
+ * n > SHEAF_MAX_SHEAF_CAPACITY).  A prefilled sheaf belongs to its cache:
+ * passing it with another cache is reported ("wrong sheaf"). */
 SHEAF_API struct sheaf_prefilled *sheaf_cache_prefill(struct sheaf_cache *c, unsigned int n);
 SHEAF_API void *sheaf_cache_alloc_from(struct sheaf_cache *c, struct sheaf_prefilled *s);
 /* Make *s hold at least @n objects; may replace *s.  0, -EINVAL, -ENOMEM
@@ -101,7 +115,8 @@ SHEAF_API void sheaf_cache_shrink(struct sheaf_cache *c);
 /* ---- Extensions ---------------------------------------------------------- */
 
 /* Change the sheaf capacity at run time (D2).  Sheaves of the old
- * capacity drain lazily.  Returns 0 or -EINVAL. */
+ * capacity drain lazily.  Returns 0 or -EINVAL (0, above
+ * SHEAF_MAX_SHEAF_CAPACITY, or a cache without sheaves). */
 SHEAF_API int sheaf_cache_set_capacity(struct sheaf_cache *c, unsigned int capacity);
 SHEAF_API const char *sheaf_cache_name(const struct sheaf_cache *c);
 SHEAF_API size_t sheaf_cache_object_size(const struct sheaf_cache *c);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/error.h"
 #include "types.h"
 
 /* Internal cache flag (above the public ones): a size-class cache of the malloc front
@@ -55,10 +56,7 @@ uint64_t sheaf_os_now_ns(void);
 int sheaf_os_getcpu(void);                  /* current CPU (rseq cpu_id via glibc) */
 /* Write a formatted line to stderr without allocating. */
 void sheaf_os_print(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Report a caller error ("sheaf: <cache>: <what> <addr>") and abort, or return with
- * SHEAF_ON_ERROR=warn (the caller then leaks the object). */
-void sheaf_report_error(const struct sheaf_cache *c, const void *addr, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+/* Errors: the one reporter, base/error.h (kind, cache, address, one line). */
 /* Fault injection for tests: the next @n page allocations succeed, then every one
  * fails (as if the heap were full) until reset with -1. */
 void sheaf_os_inject_heap_failure(long n);
@@ -83,9 +81,11 @@ enum sheaf_option_id {
 	SHEAF_OPT_DEBUG_OBJECTS,
 	SHEAF_OPT_DEBUG_OBJECTS_POOL,
 	SHEAF_OPT_REAP_MS,
+	SHEAF_OPT_FREE_CHECKS,
 	SHEAF_OPT_NR
 };
 void sheaf_options_init(void);
+bool sheaf_options_secure(void); /* AT_SECURE: the environment is ignored */
 long sheaf_option_long(enum sheaf_option_id id);
 const char *sheaf_option_str(enum sheaf_option_id id);
 void sheaf_options_print(FILE *f);
@@ -178,6 +178,8 @@ unsigned sheaf_slab_refill(struct sheaf_cache *c, struct sheaf_node *n, void **o
 			   unsigned max);
 /* Give @cnt objects back to their slabs (any nodes), each lock once per batch. */
 void sheaf_slab_free_bulk(struct sheaf_cache *c, void **objs, unsigned cnt);
+/* Is @obj on its slab's free list (@obj lies in a slab of @c)?  Double-free search. */
+bool sheaf_slab_holds_free(struct sheaf_cache *c, const void *obj);
 /* Validate that @obj is an object slot of @c; returns its slab or NULL after reporting. */
 struct sheaf_slab *sheaf_slab_check_obj(struct sheaf_cache *c, const void *obj, const char *op);
 /* Discard completely free slabs of @n beyond @keep (shrink: keep 0). */
@@ -215,6 +217,7 @@ void sheaf_barn_take_all(struct sheaf_barn *b, struct sheaf_list *full, struct s
 /* D6: sheaves beyond the working set, taken out for the caller to flush and free. */
 void sheaf_barn_trim(struct sheaf_barn *b, struct sheaf_list *full, struct sheaf_list *empty);
 bool sheaf_barn_is_valid(struct sheaf_barn *b, const struct sheaf_cache *c);
+bool sheaf_barn_holds(struct sheaf_barn *b, const void *obj);
 void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, uint64_t *objs, uint64_t *locks);
 
 /* reaper.c: the background thread that shrinks idle caches (SHEAF_REAP_MS). */
@@ -315,6 +318,15 @@ static inline void sheaf_stat(struct sheaf_cache *c, struct sheaf_pcs *pcs, enum
 		sheaf_stat_atomic(c, it, v);
 }
 uint32_t sheaf_cache_default_capacity(const struct sheaf_cache *c);
+/* A live cache handle?  NULL, destroyed and foreign handles are reported (false). */
+bool sheaf_cache_check(const struct sheaf_cache *c);
+struct sheaf_cache *sheaf_cache_create_class(const char *name, size_t size, const struct sheaf_cache_args *args);
+/* The free mark (slab/freecheck.h) of @obj, a start of an object of @c: false after
+ * reporting a confirmed double free; _take also marks it free.  No lock held. */
+bool sheaf_free_mark_check(struct sheaf_cache *c, const void *obj);
+bool sheaf_free_mark_take(struct sheaf_cache *c, void *obj);
+/* Registered by the RCU layer: does @obj wait for a grace period (free_rcu)? */
+extern bool (*sheaf_rcu_pending_hook)(struct sheaf_cache *c, const void *obj);
 void sheaf_cache_free_slowpath(struct sheaf_cache *c, void *obj, struct sheaf_pcs *pcs);
 void sheaf_cache_for_each(void (*fn)(struct sheaf_cache *, void *), void *arg);
 void sheaf_caches_lock_all(void);

@@ -190,8 +190,25 @@ struct sheaf_pcs {
 
 /* ---- Cache (K§1.6) ------------------------------------------------------------------ */
 
+/* sheaf_cache.magic: a live cache, and one destroyed (its descriptor is kept, so that
+ * later calls with the stale handle are recognised and reported, until a new cache
+ * reuses it). */
+#define SHEAF_CACHE_LIVE 0x5e4fcac1u
+#define SHEAF_CACHE_DEAD 0xdeadcac1u
+
 struct sheaf_cache {
-	/* Read-mostly. */
+	/* Read-mostly.  The free checks' geometry comes first: the free fast path reads
+	 * it (slab/freecheck.h). */
+	uint32_t magic;              /* SHEAF_CACHE_LIVE or SHEAF_CACHE_DEAD */
+	bool free_checks;            /* interior-pointer and mark checks on every free */
+	uint8_t free_mark;           /* ... and the free mark is used (not under ASan/memcheck,
+					which track freed objects themselves): SHEAF_MARK_* */
+	uint32_t mark_offset;        /* offset of the 8-byte free mark from the object start:
+					8 (in the object), or past the object (constructor,
+					TYPESAFE_BY_RCU: their free objects keep their bytes) */
+	uint32_t slot_recip;         /* ceil(2^32 / slot_size): slot index by a multiply */
+	uintptr_t slab_mask;         /* slab bytes - 1 (slabs are aligned to their size) */
+	size_t slot_size;            /* stride between slots */
 	uint32_t id;                 /* index into per-thread tables */
 	uint32_t flags;              /* SHEAF_* cache flags */
 	uint32_t debug_flags;        /* SHEAF_DEBUG_* in effect (debug caches have no sheaves) */
@@ -202,9 +219,7 @@ struct sheaf_cache {
 	uint32_t freeptr_offset;     /* where a free slot keeps its next index */
 	uint32_t debug_offset;       /* debug metadata offset within the slot */
 	size_t object_size;          /* requested size */
-	size_t slot_size;            /* stride between slots */
 	size_t align;
-	uint32_t slot_recip;         /* ceil(2^32 / slot_size) for index computation */
 	atomic_uint sheaf_capacity;  /* capacity of new sheaves (D2: changeable at run time) */
 	uint32_t capacity_default;
 	void (*ctor)(void *);
@@ -270,7 +285,6 @@ struct sheaf_globals {
 	pthread_mutex_t threads_lock;
 	struct sheaf_list threads;  /* protected by threads_lock */
 	pthread_key_t tkey;
-	int on_error_warn;          /* SHEAF_ON_ERROR=warn */
 };
 
 extern struct sheaf_globals sheaf_g;

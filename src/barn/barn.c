@@ -264,6 +264,19 @@ bool sheaf_barn_is_valid(struct sheaf_barn *b, const struct sheaf_cache *c)
 	return ok;
 }
 
+/* The double-free confirmation (cache.c): is @obj in one of the barn's full sheaves?
+ * Empty sheaves hold nothing. */
+bool sheaf_barn_holds(struct sheaf_barn *b, const void *obj)
+{
+	bool found = false;
+	pthread_mutex_lock(&b->lock);
+	for (struct sheaf_sheaf *s = b->full; s && !found; s = stk_next(s))
+		for (uint32_t i = 0; i < s->size && !found; i++)
+			found = s->objects[i] == obj;
+	pthread_mutex_unlock(&b->lock);
+	return found;
+}
+
 void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, uint64_t *objs, uint64_t *locks)
 {
 	pthread_mutex_lock(&b->lock);

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 
 #include "internal.h"
 
@@ -21,12 +22,19 @@ struct opt {
 	const char *def;     /* default, as text */
 	const char *help;
 	const char *stability; /* "stable", "evolving" or "testing" (umem style) */
+	long min, max;        /* OPT_LONG: accepted range */
+	const char *choices;  /* OPT_STR with a fixed set: "a|b|c"; NULL: free text */
 	long lval;
 	char sval[256];
 	int set;             /* set by sheaf_option_set() */
 };
 
 #define OPT(n, t, d, h, st) { .name = (n), .type = (t), .def = (d), .help = (h), .stability = (st) }
+#define OPTL(n, d, lo, hi, h, st)                                                                  \
+	{ .name = (n), .type = OPT_LONG, .def = (d), .help = (h), .stability = (st), .min = (lo),  \
+	  .max = (hi) }
+#define OPTC(n, d, ch, h, st)                                                                      \
+	{ .name = (n), .type = OPT_STR, .def = (d), .help = (h), .stability = (st), .choices = (ch) }
 
 /* The reaper (reaper.c) is on by default, except under ThreadSanitizer: TSan kills a
  * forked child that starts a thread when the parent had more than one. */
@@ -39,32 +47,52 @@ struct opt {
 
 static struct opt opts[SHEAF_OPT_NR] = {
 	[SHEAF_OPT_STATS] = OPT("STATS", OPT_BOOL, "0", "print every cache's statistics at exit (1: text, json: JSON)", "stable"),
-	[SHEAF_OPT_ON_ERROR] = OPT("ON_ERROR", OPT_STR, "abort", "abort | warn: what a detected misuse does (warn reports and leaks the object)", "stable"),
-	[SHEAF_OPT_SHEAF_CAPACITY] = OPT("SHEAF_CAPACITY", OPT_LONG, "0", "sheaf capacity of every cache without an explicit one (0: D1 default)", "stable"),
+	[SHEAF_OPT_ON_ERROR] = OPTC("ON_ERROR", "abort", "abort|warn", "abort | warn: what a detected misuse does (warn reports and leaks the object)", "stable"),
+	[SHEAF_OPT_SHEAF_CAPACITY] = OPTL("SHEAF_CAPACITY", "0", 0, SHEAF_MAX_SHEAF_CAPACITY, "sheaf capacity of every cache without an explicit one (0: D1 default)", "stable"),
 	[SHEAF_OPT_FAKE_NUMA] = OPT("FAKE_NUMA", OPT_STR, "", "fake topology: \"N\" nodes, CPU i on node i % N; \"N:memoryless=1,3\" makes nodes 1 and 3 memoryless", "stable"),
-	[SHEAF_OPT_PERCPU] = OPT("PERCPU", OPT_STR, "auto", "auto | rseq | thread: per-CPU sheaves with rseq, or per-thread sheaves", "stable"),
-	[SHEAF_OPT_HEAP_GB] = OPT("HEAP_GB", OPT_LONG, "64", "cap of the slab heap, GiB: address space is taken in 2 MiB blocks as slabs need it, nothing is reserved ahead (docs/malloc.md, Limits)", "stable"),
-	[SHEAF_OPT_PURGE_ORDER] = OPT("PURGE_ORDER", OPT_LONG, "4", "free page runs of 4 KiB << n are given back to the OS at once", "evolving"),
-	[SHEAF_OPT_BARN_MAX_FULL] = OPT("BARN_MAX_FULL", OPT_LONG, "0", "soft limit of full sheaves per barn, the ceiling of the EWMA working set (D6); 0: as many as fit in SHEAF_BARN_BYTES, at least 10 (Linux 7.0's constant)", "stable"),
-	[SHEAF_OPT_BARN_MAX_EMPTY] = OPT("BARN_MAX_EMPTY", OPT_LONG, "0", "soft limit of empty sheaves per barn; 0: the same as the full limit", "stable"),
-	[SHEAF_OPT_BARN_BYTES] = OPT("BARN_BYTES", OPT_LONG, "4194304", "object bytes a barn's full sheaves may hold when BARN_MAX_FULL is 0 (the limit is 10..256 sheaves)", "evolving"),
+	[SHEAF_OPT_PERCPU] = OPTC("PERCPU", "auto", "auto|rseq|thread", "auto | rseq | thread: per-CPU sheaves with rseq, or per-thread sheaves", "stable"),
+	[SHEAF_OPT_HEAP_GB] = OPTL("HEAP_GB", "64", 0, 65536, "cap of the slab heap, GiB: address space is taken in 2 MiB blocks as slabs need it, nothing is reserved ahead (docs/malloc.md, Limits); 0: no heap, the core cannot start", "stable"),
+	[SHEAF_OPT_PURGE_ORDER] = OPTL("PURGE_ORDER", "4", 0, SHEAF_BLOCK_ORDER, "free page runs of 4 KiB << n are given back to the OS at once", "evolving"),
+	[SHEAF_OPT_BARN_MAX_FULL] = OPTL("BARN_MAX_FULL", "0", 0, 65536, "soft limit of full sheaves per barn, the ceiling of the EWMA working set (D6); 0: as many as fit in SHEAF_BARN_BYTES, at least 10 (Linux 7.0's constant)", "stable"),
+	[SHEAF_OPT_BARN_MAX_EMPTY] = OPTL("BARN_MAX_EMPTY", "0", 0, 65536, "soft limit of empty sheaves per barn; 0: the same as the full limit", "stable"),
+	[SHEAF_OPT_BARN_BYTES] = OPTL("BARN_BYTES", "4194304", 0, (1L << 34), "object bytes a barn's full sheaves may hold when BARN_MAX_FULL is 0 (the limit is 10..256 sheaves)", "evolving"),
 	[SHEAF_OPT_BARN_EWMA] = OPT("BARN_EWMA", OPT_BOOL, "1", "trim barns to an EWMA of their working set, gradually (D6)", "evolving"),
 	[SHEAF_OPT_KERNEL_COMPAT] = OPT("KERNEL_COMPAT", OPT_BOOL, "0", "every cache behaves like Linux 7.0 (no D1-D7), for comparison", "testing"),
 	[SHEAF_OPT_SLAB_DEBUG] = OPT("SLAB_DEBUG", OPT_STR, "", "debug caches, kernel slab_debug= syntax: \"FZPU\" for all, \"FZPU,name1,name2\" for some", "stable"),
-	[SHEAF_OPT_RCU_BARRIER] = OPT("RCU_BARRIER", OPT_STR, "cache", "cache | global: what sheaf_cache_destroy waits for (global: for comparison only)", "testing"),
+	[SHEAF_OPT_RCU_BARRIER] = OPTC("RCU_BARRIER", "cache", "cache|global", "cache | global: what sheaf_cache_destroy waits for (global: for comparison only)", "testing"),
 	[SHEAF_OPT_VERBOSE] = OPT("VERBOSE", OPT_BOOL, "0", "print the effective options and topology at start", "stable"),
 	[SHEAF_OPT_DEBUG_OBJECTS] = OPT("DEBUG_OBJECTS", OPT_BOOL, "1", "the debug-objects tracker (sheaf_debug.h) is active when the program uses it; 0 turns every hook into a no-op", "stable"),
-	[SHEAF_OPT_REAP_MS] = OPT("REAP_MS", OPT_LONG, SHEAF_REAP_MS_DEFAULT, "period of the background reaper, ms: caches idle for one period are shrunk (sheaves, barns and free pages back to the OS); 0: no reaper thread (the default in TSan builds, where a second thread stops forked children from starting threads)", "evolving"),
-	[SHEAF_OPT_DEBUG_OBJECTS_POOL] = OPT("DEBUG_OBJECTS_POOL", OPT_STR, "batched", "batched | single: the tracker's record pool (single: one record at a time, for comparison only)", "testing"),
+	[SHEAF_OPT_REAP_MS] = OPTL("REAP_MS", SHEAF_REAP_MS_DEFAULT, 0, 3600000, "period of the background reaper, ms: caches idle for one period are shrunk (sheaves, barns and free pages back to the OS); 0: no reaper thread (the default in TSan builds, where a second thread stops forked children from starting threads)", "evolving"),
+	[SHEAF_OPT_FREE_CHECKS] = OPT("FREE_CHECKS", OPT_BOOL, "1", "every free checks that the pointer is the start of an object and not already free (mark in the free object, docs/debugging.md); 0: only the cheaper checks of the slow paths (for comparison)", "stable"),
+	[SHEAF_OPT_DEBUG_OBJECTS_POOL] = OPTC("DEBUG_OBJECTS_POOL", "batched", "batched|single", "batched | single: the tracker's record pool (single: one record at a time, for comparison only)", "testing"),
 };
 
+/* Is @v one of the '|'-separated words of @choices? */
+static bool is_choice(const char *choices, const char *v)
+{
+	size_t n = strlen(v);
+	for (const char *c = choices; *c;) {
+		const char *bar = strchr(c, '|');
+		size_t k = bar ? (size_t)(bar - c) : strlen(c);
+		if (k == n && !strncasecmp(c, v, n))
+			return true;
+		c += k + (bar ? 1 : 0);
+	}
+	return false;
+}
+
+/* Parse @v into @o, strictly: a number must be all digits (decimal, or 0x hex), fit a
+ * long and lie in [min, max]; a word must be one of the choices.  On error @o keeps
+ * its value (the default, or an earlier source). */
 static int parse_into(struct opt *o, const char *v)
 {
 	if (o->type == OPT_STR) {
 		size_t n = strlen(v);
-		if (n >= sizeof(o->sval))
+		if (n >= sizeof(o->sval) || (o->choices && !is_choice(o->choices, v)))
 			return -EINVAL;
 		memcpy(o->sval, v, n + 1);
+		for (size_t i = 0; o->choices && i < n; i++)
+			o->sval[i] = (char)tolower((unsigned char)o->sval[i]);
 		return 0;
 	}
 	if (o->type == OPT_BOOL) {
@@ -80,13 +108,35 @@ static int parse_into(struct opt *o, const char *v)
 		}
 		return -EINVAL;
 	}
+	/* No sign, no spaces: strtol would accept " -5" or "+5" and wrap "-1". */
+	if (!isdigit((unsigned char)v[0]))
+		return -EINVAL;
 	char *end;
+	int saved = errno;
 	errno = 0;
 	long l = strtol(v, &end, 0);
-	if (errno || end == v || *end)
+	int e = errno;
+	errno = saved;
+	if (e || end == v || *end || l < o->min || l > o->max)
 		return -EINVAL;
 	o->lval = l;
 	return 0;
+}
+
+/* One line naming the option, the value and what is accepted; the old value stays. */
+static void bad_value(const char *src, const struct opt *o, const char *v)
+{
+	char what[96];
+	if (o->type == OPT_LONG)
+		sheaf_fmt(what, sizeof(what), "an integer in %ld..%ld", o->min, o->max);
+	else if (o->type == OPT_BOOL)
+		sheaf_fmt(what, sizeof(what), "%s", o == &opts[SHEAF_OPT_STATS] ? "0, 1 or json" : "0 or 1");
+	else if (o->choices)
+		sheaf_fmt(what, sizeof(what), "one of %s", o->choices);
+	else
+		sheaf_fmt(what, sizeof(what), "at most %zu characters", sizeof(o->sval) - 1);
+	sheaf_os_print("sheaf: %s%sSHEAF_%s='%s' ignored: accepted %s (keeping %s)", src ? src : "", src ? ": " : "",
+		       o->name, v, what, o->type == OPT_STR ? o->sval : o->def);
 }
 
 static struct opt *find(const char *name)
@@ -102,7 +152,7 @@ static void apply_combined(const char *s)
 	/* SHEAF_OPTIONS="a=1,b=2"; values may not contain ',' except FAKE_NUMA/SLAB_DEBUG,
 	 * which take the rest of the string when they come last. */
 	char buf[1024];
-	snprintf(buf, sizeof(buf), "%s", s);
+	sheaf_fmt(buf, sizeof(buf), "%s", s);
 	char *p = buf;
 	while (p && *p) {
 		char *eq = strchr(p, '=');
@@ -118,29 +168,51 @@ static void apply_combined(const char *s)
 		if (!o)
 			sheaf_os_print("sheaf: SHEAF_OPTIONS: unknown option '%s' ignored", p);
 		else if (!o->set && parse_into(o, v) != 0)
-			sheaf_os_print("sheaf: SHEAF_OPTIONS: bad value '%s' for %s ignored", v, o->name);
+			bad_value("SHEAF_OPTIONS", o, v);
 		p = comma ? comma + 1 : NULL;
 	}
 }
 
-static int options_ready;
+static atomic_int options_ready;
+
+/* A secure-execution process (setuid, setgid, file capabilities: AT_SECURE) ignores
+ * every SHEAF_* variable, as glibc ignores its malloc tunables there: nobody may
+ * weaken the checks (SHEAF_ON_ERROR=warn, SHEAF_FREE_CHECKS=0) or make a privileged
+ * program write files (SHEAF_MALLOC_STATS=/path) through the environment. */
+bool sheaf_options_secure(void)
+{
+	return getauxval(AT_SECURE) != 0;
+}
+
+static const char *env(const char *name)
+{
+	return sheaf_options_secure() ? NULL : getenv(name);
+}
 
 void sheaf_options_init(void)
 {
 	for (int i = 0; i < SHEAF_OPT_NR; i++)
 		if (!opts[i].set)
 			parse_into(&opts[i], opts[i].def);
-	const char *comb = getenv("SHEAF_OPTIONS");
+	const char *comb = env("SHEAF_OPTIONS");
 	if (comb)
 		apply_combined(comb);
 	for (int i = 0; i < SHEAF_OPT_NR; i++) {
 		char var[64];
-		snprintf(var, sizeof(var), "SHEAF_%s", opts[i].name);
-		const char *v = getenv(var);
+		sheaf_fmt(var, sizeof(var), "SHEAF_%s", opts[i].name);
+		const char *v = env(var);
 		if (v && !opts[i].set && parse_into(&opts[i], v) != 0)
-			sheaf_os_print("sheaf: %s: bad value '%s' ignored (default %s)", var, v, opts[i].def);
+			bad_value(NULL, &opts[i], v);
 	}
-	options_ready = 1;
+	atomic_store(&options_ready, 1);
+}
+
+/* error.c: the error mode, also for a report made before Sheaf initialised. */
+int sheaf_options_on_error_warn(void)
+{
+	if (!atomic_load(&options_ready))
+		sheaf_options_init();
+	return !strcmp(opts[SHEAF_OPT_ON_ERROR].sval, "warn");
 }
 
 long sheaf_option_long(enum sheaf_option_id id) { return opts[id].lval; }

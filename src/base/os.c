@@ -167,11 +167,7 @@ int sheaf_os_getcpu(void)
 static __attribute__((format(printf, 1, 0))) void os_vprint(const char *fmt, va_list ap)
 {
 	char buf[512];
-	int n = vsnprintf(buf, sizeof(buf) - 1, fmt, ap);
-	if (n < 0)
-		return;
-	if ((size_t)n > sizeof(buf) - 2)
-		n = (int)sizeof(buf) - 2;
+	int n = (int)sheaf_vfmt(buf, sizeof(buf) - 1, fmt, ap); /* base/error.h: no stdio, no malloc */
 	if (n == 0 || buf[n - 1] != '\n')
 		buf[n++] = '\n';
 	ssize_t off = 0;
@@ -189,20 +185,6 @@ void sheaf_os_print(const char *fmt, ...)
 	va_start(ap, fmt);
 	os_vprint(fmt, ap);
 	va_end(ap);
-}
-
-void sheaf_report_error(const struct sheaf_cache *c, const void *addr, const char *fmt, ...)
-{
-	char what[256];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(what, sizeof(what), fmt, ap);
-	va_end(ap);
-	int warn = sheaf_g.on_error_warn;
-	sheaf_os_print("sheaf: cache '%s': %s %p%s", c ? c->name : "?", what, addr,
-		       warn ? " (object leaked, continuing: SHEAF_ON_ERROR=warn)" : "");
-	if (!warn)
-		abort();
 }
 
 void sheaf_assert_fail(const char *expr, const char *file, int line)

@@ -11,10 +11,12 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "internal.h"
 #include "percpu/rseq.h"
 #include "base/track.h"
+#include "slab/freecheck.h"
 
 struct sheaf_globals sheaf_g = {
 	.caches_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -26,6 +28,18 @@ struct sheaf_globals sheaf_g = {
 struct sheaf_sheaf sheaf_sentinel_sheaf;
 
 void (*volatile sheaf_free_check_hook)(const void *obj, size_t size);
+
+/* slab/freecheck.h: the free mark, one random word per process. */
+uint64_t sheaf_free_key;
+
+static void free_key_init(void)
+{
+	uint64_t k = 0;
+	if (getrandom(&k, sizeof(k), GRND_NONBLOCK) != (ssize_t)sizeof(k))
+		k = sheaf_os_now_ns() * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)&k;
+	/* Never 0 (what an allocation writes), never a small or pointer-like value. */
+	sheaf_free_key = k | 0x8000000000000001ull;
+}
 
 /* ---- Initialisation -------------------------------------------------------------- */
 
@@ -55,7 +69,7 @@ int sheaf_init(void)
 	}
 	atomic_store(&sheaf_g.init_state, 1);
 	sheaf_options_init();
-	sheaf_g.on_error_warn = !strcmp(sheaf_option_str(SHEAF_OPT_ON_ERROR), "warn");
+	free_key_init();
 	sheaf_list_init(&sheaf_g.caches);
 	sheaf_list_init(&sheaf_g.threads);
 	int r = sheaf_node_topology_init();
@@ -178,13 +192,18 @@ static int compute_layout(struct sheaf_cache *c, size_t size, const struct sheaf
 	c->object_size = size;
 	c->obj_offset = 0;
 	c->debug_offset = 0;
-	size_t inuse = SHEAF_MAX(size, (size_t)2);
+	size_t inuse;
 	if (c->ctor || (c->flags & SHEAF_TYPESAFE_BY_RCU)) {
-		/* The object's contents must survive on the freelist: link outside it. */
-		c->freeptr_offset = (uint32_t)SHEAF_ALIGN_UP(size, (size_t)2);
+		/* The object's contents must survive on the freelist: the free mark and the
+		 * link live outside it (slab/freecheck.h). */
+		c->mark_offset = (uint32_t)SHEAF_ALIGN_UP(size, (size_t)8);
+		c->freeptr_offset = c->mark_offset + 8;
 		inuse = c->freeptr_offset + 2;
 	} else {
+		/* Link in the first word, free mark in the second: at least 16 bytes. */
 		c->freeptr_offset = 0;
+		c->mark_offset = 8;
+		inuse = SHEAF_MAX(size, (size_t)16);
 	}
 	c->slot_size = SHEAF_ALIGN_UP(inuse, align);
 	if (c->debug_flags)
@@ -194,6 +213,10 @@ static int compute_layout(struct sheaf_cache *c, size_t size, const struct sheaf
 	c->order = calculate_order(c->slot_size);
 	c->objs_per_slab = (uint32_t)SHEAF_MIN((SHEAF_PAGE_SIZE << c->order) / c->slot_size, SHEAF_MAX_OBJS);
 	c->slot_recip = (uint32_t)(((1ull << 32) + c->slot_size - 1) / c->slot_size);
+	c->slab_mask = (SHEAF_PAGE_SIZE << c->order) - 1;
+	/* The object-start test (freecheck.h) takes every multiple of the slot size in the
+	 * slab for an object: no whole slot may fit in the slab's tail. */
+	sheaf_assert(c->slot_size * (c->objs_per_slab + 1ull) > (SHEAF_PAGE_SIZE << c->order));
 	unsigned lg = fls_u((unsigned)SHEAF_MIN(c->slot_size, (size_t)1u << 30)) - 1;
 	c->min_partial = SHEAF_MIN(SHEAF_MAX(lg / 2, SHEAF_MIN_PARTIAL), SHEAF_MAX_PARTIAL);
 	return 0;
@@ -230,12 +253,75 @@ static int alloc_id_locked(uint32_t *id)
 	return 0;
 }
 
-static void cache_free_struct(struct sheaf_cache *c)
+static void cache_free_nodes(struct sheaf_cache *c)
 {
 	if (c->node[0])
 		sheaf_os_unmap(c->node[0], SHEAF_ALIGN_UP(sizeof(struct sheaf_node) * (size_t)sheaf_g.nnodes,
 							  SHEAF_PAGE_SIZE));
+	memset(c->node, 0, sizeof(c->node));
+}
+
+static void cache_free_struct(struct sheaf_cache *c)
+{
+	cache_free_nodes(c);
 	sheaf_os_unmap(c, SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
+}
+
+/* Destroyed caches keep their descriptor (magic SHEAF_CACHE_DEAD, every CPU's main the
+ * sentinel) so that a later call with the stale handle is reported, not a crash.  The
+ * last SHEAF_DEAD_KEPT are kept; the oldest beyond that is reused by the next create
+ * (a program that creates and destroys caches in a loop stays bounded).  Protected by
+ * sheaf_g.caches_lock. */
+#define SHEAF_DEAD_KEPT 64
+static struct sheaf_cache *dead_caches[SHEAF_DEAD_KEPT];
+static unsigned dead_head, dead_count;
+
+static struct sheaf_cache *cache_struct_get(void)
+{
+	size_t bytes = SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE);
+	struct sheaf_cache *c = NULL;
+	pthread_mutex_lock(&sheaf_g.caches_lock);
+	if (dead_count == SHEAF_DEAD_KEPT) {
+		c = dead_caches[dead_head];
+		dead_head = (dead_head + 1) % SHEAF_DEAD_KEPT;
+		dead_count--;
+	}
+	pthread_mutex_unlock(&sheaf_g.caches_lock);
+	if (c) {
+		memset(c, 0, bytes);
+		return c;
+	}
+	return sheaf_os_map(bytes);
+}
+
+static void cache_struct_retire(struct sheaf_cache *c)
+{
+	/* Stale handles: alloc and free fast paths find the sentinel and take the slow
+	 * path, which checks the magic first. */
+	for (int k = 0; k < sheaf_g.ncpus + 2; k++)
+		__atomic_store_n(&c->mainv[k], &sheaf_sentinel_sheaf, __ATOMIC_RELEASE);
+	cache_free_nodes(c);
+	__atomic_store_n(&c->magic, SHEAF_CACHE_DEAD, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&sheaf_g.caches_lock);
+	sheaf_assert_internal(dead_count < SHEAF_DEAD_KEPT);
+	dead_caches[(dead_head + dead_count) % SHEAF_DEAD_KEPT] = c;
+	dead_count++;
+	pthread_mutex_unlock(&sheaf_g.caches_lock);
+}
+
+/* Is @c a live cache?  Reports a NULL, destroyed or foreign handle (README "Errors"):
+ * the caller then does nothing. */
+bool sheaf_cache_check(const struct sheaf_cache *c)
+{
+	if (sheaf_likely(c && __atomic_load_n(&c->magic, __ATOMIC_ACQUIRE) == SHEAF_CACHE_LIVE))
+		return true;
+	if (!c)
+		sheaf_error(SHEAF_ERR_INVALID_CACHE, NULL, NULL, "NULL cache handle");
+	else if (c->magic == SHEAF_CACHE_DEAD)
+		sheaf_error(SHEAF_ERR_DESTROYED_CACHE, c->name, c, "the cache was destroyed");
+	else
+		sheaf_error(SHEAF_ERR_INVALID_CACHE, NULL, c, "not a cache handle");
+	return false;
 }
 
 /* Create a cache; @meta marks the internal metadata caches (no sheaves, not counted
@@ -245,16 +331,18 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, const struct sheaf_cache_args *args,
 						bool meta)
 {
+	int saved_errno = errno; /* a successful create leaves errno alone */
 	int r = sheaf_ensure_init();
 	if (r) {
 		errno = -r == EAGAIN ? ENOMEM : -r;
 		return NULL;
 	}
-	if (size == 0 || size > SHEAF_MAX_OBJECT_SIZE) {
+	if (size == 0 || size > SHEAF_MAX_OBJECT_SIZE ||
+	    (args && args->sheaf_capacity > SHEAF_MAX_SHEAF_CAPACITY)) {
 		errno = EINVAL;
 		return NULL;
 	}
-	struct sheaf_cache *c = sheaf_os_map(SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
+	struct sheaf_cache *c = cache_struct_get();
 	if (!c)
 		return NULL;
 	snprintf(c->name, sizeof(c->name), "%s", name ? name : "unnamed");
@@ -263,6 +351,13 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 	c->kernel_compat = (c->flags & SHEAF_KERNEL_COMPAT) || sheaf_option_long(SHEAF_OPT_KERNEL_COMPAT);
 	if (!meta)
 		c->debug_flags = (c->flags & SHEAF_DEBUG_ALL) | sheaf_debug_slab_flags_for(c->name);
+	/* Debug caches check every free on their slab path, with fuller reports;
+	 * metadata caches serve Sheaf itself. */
+	c->free_checks = !meta && !c->debug_flags && sheaf_option_long(SHEAF_OPT_FREE_CHECKS);
+	/* Under ASan and memcheck a freed object of a tracked cache is known to the tool,
+	 * which reports a double free by itself (base/track.h); the mark would be an
+	 * access to poisoned memory there. */
+	bool mark = c->free_checks && !(sheaf_track_cache(c) && (SHEAF_TRACK_VALGRIND || sheaf_track_asan_ok(c)));
 	c->random = ((uint64_t)(uintptr_t)c * 0x9E3779B97F4A7C15ull) ^ sheaf_os_now_ns();
 	r = compute_layout(c, size, args);
 	if (r) {
@@ -270,6 +365,7 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 		errno = -r;
 		return NULL;
 	}
+	c->free_mark = !mark ? SHEAF_MARK_NONE : c->mark_offset == 8 ? SHEAF_MARK_WORD1 : SHEAF_MARK_AT;
 	uint32_t cap = 0;
 	if (!meta && !c->debug_flags && !(c->flags & SHEAF_NO_SHEAVES)) {
 		if (args && args->sheaf_capacity)
@@ -321,16 +417,31 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 		errno = ENOMEM;
 		return NULL;
 	}
+	__atomic_store_n(&c->magic, SHEAF_CACHE_LIVE, __ATOMIC_RELEASE);
+	errno = saved_errno;
 	return c;
+}
+
+/* The malloc front end's class caches carry an internal flag users may not pass. */
+struct sheaf_cache *sheaf_cache_create_class(const char *name, size_t size, const struct sheaf_cache_args *args)
+{
+	return sheaf_cache_create_internal(name, size, args, false);
 }
 
 SHEAF_API struct sheaf_cache *sheaf_cache_create(const char *name, size_t size, const struct sheaf_cache_args *args)
 {
+	if (args && (args->flags & ~SHEAF_CACHE_FLAGS_ALL)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	int saved_errno = errno;
 	struct sheaf_cache *c = sheaf_cache_create_internal(name, size, args, false);
 	/* The malloc front end starts the reaper itself, later (sheaf_free_slowpath): a
 	 * class cache may be created inside malloc, where no thread may be started. */
 	if (c && !(c->flags & SHEAF_CACHE_MALLOC_CLASS))
 		sheaf_reaper_kick();
+	if (c)
+		errno = saved_errno;
 	return c;
 }
 
@@ -360,7 +471,9 @@ static void barns_flush(struct sheaf_cache *c)
 SHEAF_API void sheaf_cache_destroy(struct sheaf_cache *c)
 {
 	if (!c)
-		return;
+		return; /* like free(NULL) */
+	if (!sheaf_cache_check(c))
+		return; /* destroyed twice, or not a cache: reported */
 	/* D5: wait for this cache's deferred frees only. */
 	sheaf_cache_rcu_barrier(c);
 	/* Unlinked under caches_lock once the reaper is not visiting it (reaper.c). */
@@ -381,11 +494,13 @@ SHEAF_API void sheaf_cache_destroy(struct sheaf_cache *c)
 	pthread_mutex_lock(&sheaf_g.caches_lock);
 	sheaf_g.id_used[c->id] = 0;
 	pthread_mutex_unlock(&sheaf_g.caches_lock);
-	cache_free_struct(c);
+	cache_struct_retire(c);
 }
 
 SHEAF_API void sheaf_cache_shrink(struct sheaf_cache *c)
 {
+	if (!sheaf_cache_check(c))
+		return;
 	sheaf_pcs_shrink_all(c);
 	barns_flush(c);
 	for (int i = 0; i < sheaf_g.nnodes; i++)
@@ -395,7 +510,9 @@ SHEAF_API void sheaf_cache_shrink(struct sheaf_cache *c)
 
 SHEAF_API int sheaf_cache_set_capacity(struct sheaf_cache *c, unsigned int capacity)
 {
-	if (!c || capacity == 0 || capacity > 65536 || c->capacity_default == 0)
+	if (!sheaf_cache_check(c))
+		return -EINVAL;
+	if (capacity == 0 || capacity > SHEAF_MAX_SHEAF_CAPACITY || c->capacity_default == 0)
 		return -EINVAL;
 	atomic_store(&c->sheaf_capacity, capacity);
 	return 0;
@@ -469,12 +586,13 @@ static void *alloc_from_slab(struct sheaf_cache *c, const void *caller)
 		/* Corrupt object: reported and leaked; try another. */
 	}
 	sheaf_stat_atomic(c, SHEAF_STAT_ALLOC_SLOWPATH, 1);
+	sheaf_mark_clear(c, obj);
 	return obj;
 }
 
 static sheaf_noinline void *alloc_slow(struct sheaf_cache *c, const void *caller)
 {
-	if (sheaf_unlikely(!c))
+	if (sheaf_unlikely(!sheaf_cache_check(c)))
 		return NULL;
 	if (atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed) == 0)
 		return alloc_from_slab(c, caller);
@@ -493,13 +611,14 @@ static sheaf_noinline void *alloc_slow(struct sheaf_cache *c, const void *caller
 	sheaf_wr(m->size, m->size - 1);
 	sheaf_stat_add(pcs, SHEAF_STAT_ALLOC_FASTPATH, 1);
 	sheaf_pcs_unlock(c, pcs);
+	sheaf_mark_clear(c, obj);
 	return obj;
 }
 
 /* Per-thread fast path (design §6, per-thread mode), then the slow path. */
 static inline void *alloc_thread(struct sheaf_cache *c, const void *caller)
 {
-	struct sheaf_pcs *pcs = sheaf_pcs_current(c);
+	struct sheaf_pcs *pcs = sheaf_likely(c != NULL) ? sheaf_pcs_current(c) : NULL;
 	if (sheaf_likely(pcs)) {
 		struct sheaf_sheaf *m = pcs->main;
 		uint32_t n = m->size;
@@ -507,6 +626,7 @@ static inline void *alloc_thread(struct sheaf_cache *c, const void *caller)
 			m->nalloc++;
 			sheaf_wr(m->size, n - 1);
 			void *o = m->objects[n - 1];
+			sheaf_mark_clear(c, o);
 			sheaf_track_obj_alloc(c, o); /* nothing unless Valgrind/ASan (track.h) */
 			return o;
 		}
@@ -527,9 +647,13 @@ SHEAF_API void *sheaf_cache_alloc(struct sheaf_cache *c)
 {
 #if SHEAF_HAVE_RSEQ
 	/* Per-CPU fast path: a restartable sequence popping the current CPU's main
-	 * (rseq.h).  Empty, locked (sentinel), no rseq CPU, or aborted: slow. */
+	 * (rseq.h).  Empty, locked (sentinel; a destroyed cache has it on every CPU), no
+	 * rseq CPU, or aborted: slow.  NULL is tested first (reported by the slow path). */
 	void *o;
+	if (sheaf_unlikely(!c))
+		goto slow;
 	SHEAF_RSEQ_POP(c, o, slow);
+	sheaf_mark_clear(c, o);
 	sheaf_track_obj_alloc(c, o);
 	return o;
 slow:
@@ -545,22 +669,103 @@ static void free_to_slab(struct sheaf_cache *c, void *obj)
 	sheaf_stat_atomic(c, SHEAF_STAT_FREE_SLOWPATH, 1);
 }
 
+/* ---- Free checks (slab/freecheck.h) ---------------------------------------------------- */
+
+/* The RCU layer's search of its pending objects (registered by rcu/, which sits above
+ * this layer): true if @obj waits for a grace period after a free_rcu. */
+bool (*sheaf_rcu_pending_hook)(struct sheaf_cache *c, const void *obj);
+
+struct find_arg {
+	const void *obj;
+	bool found;
+};
+
+static bool sheaf_holds(const struct sheaf_sheaf *s, const void *obj)
+{
+	if (!s)
+		return false;
+	uint32_t n = SHEAF_MIN(sheaf_rd(s->size), s->capacity);
+	for (uint32_t i = 0; i < n; i++)
+		if (__atomic_load_n(&s->objects[i], __ATOMIC_RELAXED) == obj)
+			return true;
+	return false;
+}
+
+static void find_in_pcs(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
+{
+	(void)c;
+	struct find_arg *f = arg;
+	if (f->found)
+		return;
+	f->found = sheaf_holds(pcs->main, f->obj) || sheaf_holds(pcs->spare, f->obj);
+}
+
+/* Is @obj, whose free mark holds the key, really free?  Searched everywhere a free
+ * object of @c can be: every CPU's (or thread's) sheaves, every barn, its slab's free
+ * list, and the RCU layer's pending objects.  Called with no Sheaf lock held; slow,
+ * and only reached by a double free or by a live object that holds the key.  An
+ * object that another thread is moving between these places at this very moment
+ * (a flush, a refill) is not seen: docs/debugging.md. */
+static sheaf_noinline bool sheaf_free_confirm(struct sheaf_cache *c, const void *obj)
+{
+	struct find_arg f = { obj, false };
+	sheaf_pcs_for_each(c, find_in_pcs, &f);
+	for (int i = 0; !f.found && i < sheaf_g.nnodes; i++)
+		f.found = sheaf_barn_holds(&c->node[i]->barn, obj);
+	if (!f.found)
+		f.found = sheaf_slab_holds_free(c, obj);
+	if (!f.found && sheaf_rcu_pending_hook)
+		f.found = sheaf_rcu_pending_hook(c, obj);
+	return f.found;
+}
+
+bool sheaf_free_mark_check(struct sheaf_cache *c, const void *obj)
+{
+	if (sheaf_unlikely(*sheaf_mark_word(c, obj) == sheaf_free_key) && sheaf_free_confirm(c, obj)) {
+		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
+		return false;
+	}
+	return true;
+}
+
+bool sheaf_free_mark_take(struct sheaf_cache *c, void *obj)
+{
+	if (!sheaf_free_mark_check(c, obj))
+		return false;
+	*sheaf_mark_word(c, obj) = sheaf_free_key;
+	return true;
+}
+
+/* The pointer checks of every free: @obj lies in a slab of @c and is the start of an
+ * object (reported otherwise).  @key is its page-map key. */
+static bool free_ptr_ok(struct sheaf_cache *c, const void *obj, uintptr_t key, const char *op)
+{
+	if (sheaf_unlikely(!key || ((struct sheaf_node *)key)->cache != c || c->debug_flags))
+		return sheaf_slab_check_obj(c, obj, op) != NULL;
+	if (sheaf_unlikely(c->free_checks && !sheaf_obj_is_start(c, obj))) {
+		sheaf_error(SHEAF_ERR_INTERIOR, c->name, obj, "%s of a pointer that is not the start of an object",
+			    op);
+		return false;
+	}
+	return true;
+}
+
 void sheaf_cache_free_slowpath(struct sheaf_cache *c, void *obj, struct sheaf_pcs *unused)
 {
 	(void)unused;
-	if (!obj || !c)
+	if (!obj)
+		return;
+	if (!sheaf_cache_check(c))
 		return;
 	uintptr_t key = sheaf_page_key(obj);
-	if (sheaf_unlikely(!key || ((struct sheaf_node *)key)->cache != c || c->debug_flags)) {
-		if (!sheaf_slab_check_obj(c, obj, "free"))
-			return; /* reported; with SHEAF_ON_ERROR=warn the object is leaked */
-	}
+	if (!free_ptr_ok(c, obj, key, "free"))
+		return; /* reported; with SHEAF_ON_ERROR=warn the object is leaked */
 	void (*hook)(const void *, size_t) = sheaf_free_check_hook;
 	if (hook)
 		hook(obj, c->object_size);
 	/* After the hook: fix-ups may still touch the object. */
 	if (sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
-		sheaf_report_error(c, obj, "double free of");
+		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
 		return;
 	}
 	if (c->debug_flags) {
@@ -569,6 +774,8 @@ void sheaf_cache_free_slowpath(struct sheaf_cache *c, void *obj, struct sheaf_pc
 		free_to_slab(c, obj);
 		return;
 	}
+	if (c->free_mark && !sheaf_free_mark_take(c, obj))
+		return;
 	if (atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed) == 0) {
 		free_to_slab(c, obj);
 		return;
@@ -588,8 +795,9 @@ void sheaf_cache_free_slowpath(struct sheaf_cache *c, void *obj, struct sheaf_pc
 	}
 	struct sheaf_sheaf *m = pcs->main;
 	if (sheaf_unlikely(m->size && m->objects[m->size - 1] == obj)) {
+		/* Only reachable without the mark (SHEAF_FREE_CHECKS=0, ASan, memcheck). */
 		sheaf_pcs_unlock(c, pcs);
-		sheaf_report_error(c, obj, "double free of");
+		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
 		return;
 	}
 	if (m->size >= m->capacity && !sheaf_pcs_replace_full_main(c, pcs)) {
@@ -607,18 +815,23 @@ void sheaf_cache_free_slowpath(struct sheaf_cache *c, void *obj, struct sheaf_pc
 /* Per-thread fast path (design §6, per-thread mode), then the slow path. */
 static inline void free_thread(struct sheaf_cache *c, void *obj)
 {
-	struct sheaf_pcs *pcs = sheaf_pcs_current(c);
+	struct sheaf_pcs *pcs = sheaf_likely(c != NULL) ? sheaf_pcs_current(c) : NULL;
 	uintptr_t key = sheaf_page_key(obj);
 	if (sheaf_likely(pcs && !sheaf_free_check_hook)) {
 		struct sheaf_sheaf *m = pcs->main;
 		uint32_t n = m->size;
-		/* One compare covers "this cache", "this node" and "not the sentinel"; the
-		 * top-of-sheaf test catches an immediate double free. */
-		if (sheaf_likely(key == m->key && n < m->capacity && (n == 0 || m->objects[n - 1] != obj))) {
+		/* One compare covers "this cache", "this node" and "not the sentinel"; then
+		 * the object-start test and the free mark (slab/freecheck.h). */
+		if (sheaf_likely(key == m->key && n < m->capacity &&
+				 (!c->free_checks || sheaf_obj_is_start(c, obj)) &&
+				 (!c->free_mark || *sheaf_mark_word(c, obj) != sheaf_free_key) &&
+				 (n == 0 || m->objects[n - 1] != obj))) {
 			if (sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
-				sheaf_report_error(c, obj, "double free of");
+				sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
 				return;
 			}
+			if (c->free_mark)
+				*sheaf_mark_word(c, obj) = sheaf_free_key;
 			m->objects[n] = obj;
 			sheaf_wr(m->size, n + 1);
 			return;
@@ -634,25 +847,30 @@ static sheaf_noinline void free_thread_noinline(struct sheaf_cache *c, void *obj
 SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj)
 {
 #if SHEAF_HAVE_RSEQ
-	/* Per-CPU fast path: a restartable sequence pushing onto the current CPU's main
-	 * (rseq.h).  The key test covers "this cache, this node, not the sentinel"; a
-	 * full, locked or absent main, a foreign pointer, an installed free-check hook
-	 * or an abort: slow.  Unlike the per-thread path there is no top-of-sheaf
-	 * double-free test here (20-instruction budget, docs/percpu.md); the slow path
-	 * and ASan builds still make it. */
+	/* Per-CPU fast path: the page-map key of @obj must name a node of @c (so @obj
+	 * lies in one of its slabs: a NULL or destroyed cache, a foreign pointer or an
+	 * installed free-check hook go slow), @obj must be an object start, and its free
+	 * mark must not hold the key (slab/freecheck.h); then a restartable sequence
+	 * pushes it onto the current CPU's main (rseq.h), whose key test covers "this
+	 * node, not the sentinel".  The mark is written before the push commits and put
+	 * back if the sequence fails. */
+	uintptr_t off = (uintptr_t)obj - (uintptr_t)sheaf_heap.base;
+	if (sheaf_unlikely(off >= sheaf_rseq_free_limit))
+		goto slow;
+	uintptr_t key = __atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED);
+	if (sheaf_unlikely(!key || ((struct sheaf_node *)key)->cache != c))
+		goto slow;
 	if (SHEAF_TRACK_ENABLED) {
 		/* Valgrind/ASan builds: mark the object free before it can enter a sheaf,
-		 * only for an object of this cache, and undo it if the sequence fails
-		 * (the slow path marks it again). */
-		uintptr_t key = sheaf_page_key(obj);
-		if (sheaf_g.mode != SHEAF_MODE_PERCPU || !key || ((struct sheaf_node *)key)->cache != c ||
-		    !sheaf_track_cache(c) || sheaf_free_check_hook)
+		 * and undo it if the sequence fails (the slow path marks it again). */
+		if (sheaf_g.mode != SHEAF_MODE_PERCPU || !sheaf_track_cache(c) || c->free_mark ||
+		    (c->free_checks && !sheaf_obj_is_start(c, obj)))
 			goto slow;
 		if (sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
-			sheaf_report_error(c, obj, "double free of");
+			sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
 			return;
 		}
-		SHEAF_RSEQ_PUSH(c, obj, untrack);
+		SHEAF_RSEQ_PUSH_KEY(c, obj, key, untrack);
 		return;
 untrack:
 		/* The contents stay as they were: defined (the slow path reads sheaf
@@ -662,7 +880,39 @@ untrack:
 		sheaf_track_vg_malloc(obj, c->object_size, 1);
 		goto slow;
 	}
-	SHEAF_RSEQ_PUSH(c, obj, slow);
+	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1)) {
+		/* The usual case: the mark in the second word. */
+		if (sheaf_unlikely(!sheaf_obj_is_start(c, obj)))
+			goto slow;
+		uint64_t *mk = (uint64_t *)((uintptr_t)obj + 8);
+		uint64_t old = *mk;
+		if (sheaf_unlikely(old == sheaf_free_key))
+			goto slow; /* maybe a double free: confirmed there */
+		*mk = sheaf_free_key;
+		SHEAF_RSEQ_PUSH_KEY(c, obj, key, unmark);
+		return;
+unmark:
+		*mk = old; /* nobody else saw it: it never entered a sheaf */
+		goto slow;
+	}
+	if (c->free_mark) {
+		/* A constructor or TYPESAFE_BY_RCU cache: the mark past the object. */
+		if (sheaf_unlikely(!sheaf_obj_is_start(c, obj)))
+			goto slow;
+		uint64_t *mk = sheaf_mark_word(c, obj);
+		uint64_t old = *mk;
+		if (sheaf_unlikely(old == sheaf_free_key))
+			goto slow;
+		*mk = sheaf_free_key;
+		SHEAF_RSEQ_PUSH_KEY(c, obj, key, unmark_at);
+		return;
+unmark_at:
+		*mk = old;
+		goto slow;
+	}
+	if (c->free_checks && sheaf_unlikely(!sheaf_obj_is_start(c, obj)))
+		goto slow;
+	SHEAF_RSEQ_PUSH_KEY(c, obj, key, slow);
 	return;
 slow:
 	free_thread_noinline(c, obj);
@@ -675,7 +925,9 @@ slow:
 
 SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **objs)
 {
-	if (!c || !objs || n == 0)
+	if (!objs || n == 0)
+		return 0;
+	if (!sheaf_cache_check(c))
 		return 0;
 	size_t done = 0;
 	struct sheaf_pcs *pcs = NULL;
@@ -703,8 +955,10 @@ SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **
 		}
 		sheaf_pcs_unlock(c, pcs);
 	}
-	for (size_t i = 0; i < done; i++)
+	for (size_t i = 0; i < done; i++) {
+		sheaf_mark_clear(c, objs[i]);
 		sheaf_track_obj_alloc(c, objs[i]);
+	}
 	if (done < n) {
 		size_t rest = n - done;
 		struct sheaf_node *nd = local_mem_node(c);
@@ -725,8 +979,10 @@ SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **
 				break;
 			got += k;
 		}
-		for (size_t i = done; i < done + got; i++)
+		for (size_t i = done; i < done + got; i++) {
+			sheaf_mark_clear(c, objs[i]);
 			sheaf_track_obj_alloc(c, objs[i]);
+		}
 		if (got < rest) {
 			/* All or nothing (K§2.8 step 4). */
 			sheaf_cache_free_bulk(c, done + got, objs);
@@ -739,7 +995,9 @@ SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **
 
 SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **objs)
 {
-	if (!c || !objs || !n)
+	if (!objs || !n)
+		return;
+	if (!sheaf_cache_check(c))
 		return;
 	if (c->debug_flags || sheaf_free_check_hook ||
 	    atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed) == 0) {
@@ -755,13 +1013,30 @@ SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **obj
 		if (!obj)
 			continue;
 		uintptr_t key = sheaf_page_key(obj);
-		if (sheaf_unlikely(!key || ((struct sheaf_node *)key)->cache != c)) {
-			sheaf_slab_check_obj(c, obj, "free"); /* reports */
+		if (sheaf_unlikely(!free_ptr_ok(c, obj, key, "free_bulk")))
+			continue; /* reported */
+		if (sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
+			sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
 			continue;
 		}
-		if (sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
-			sheaf_report_error(c, obj, "double free of");
-			continue;
+		if (c->free_mark) {
+			uint64_t *mk = sheaf_mark_word(c, obj);
+			if (sheaf_unlikely(*mk == sheaf_free_key)) {
+				/* Maybe a double free: confirm with no lock held and with this
+				 * call's earlier objects where the search can see them. */
+				if (pcs)
+					sheaf_pcs_unlock(c, pcs);
+				if (nremote) {
+					sheaf_stat_atomic(c, SHEAF_STAT_FREE_SLOWPATH, nremote);
+					sheaf_slab_free_bulk(c, remote, nremote);
+					nremote = 0;
+				}
+				bool ok = sheaf_free_mark_check(c, obj);
+				pcs = sheaf_pcs_lock(c);
+				if (!ok)
+					continue; /* reported */
+			}
+			*mk = sheaf_free_key;
 		}
 		bool local = pcs && (key == pcs->key || (!c->kernel_compat && !sheaf_g.node_has_mem[pcs->node]));
 		if (local) {
@@ -795,6 +1070,23 @@ SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **obj
 
 static inline struct sheaf_sheaf *to_sheaf(struct sheaf_prefilled *p) { return (struct sheaf_sheaf *)p; }
 
+/* A live cache and a prefilled sheaf of that cache (reported otherwise: a sheaf knows
+ * its cache, and one of another cache would mix their objects). */
+static bool prefilled_ok(struct sheaf_cache *c, struct sheaf_sheaf *s)
+{
+	if (!sheaf_cache_check(c))
+		return false;
+	if (sheaf_unlikely(s->cache != c || !(s->flags & SHEAF_SH_PREFILLED))) {
+		if (s->cache != c)
+			sheaf_error(SHEAF_ERR_WRONG_SHEAF, c->name, s, "a prefilled sheaf of cache '%s'",
+				    s->cache ? s->cache->name : "?");
+		else
+			sheaf_error(SHEAF_ERR_WRONG_SHEAF, c->name, s, "not a prefilled sheaf (returned already?)");
+		return false;
+	}
+	return true;
+}
+
 /* Refill @s to its full capacity from slabs (K§5 step 2: not just to @n); if it still
  * holds fewer than @n objects, give everything back and fail with ENOMEM. */
 static bool prefill_to_capacity(struct sheaf_cache *c, struct sheaf_sheaf *s, unsigned int n)
@@ -825,7 +1117,7 @@ static struct sheaf_prefilled *prefill_oversize(struct sheaf_cache *c, unsigned 
 
 SHEAF_API struct sheaf_prefilled *sheaf_cache_prefill(struct sheaf_cache *c, unsigned int n)
 {
-	if (!c || n == 0) {
+	if (!sheaf_cache_check(c) || n == 0 || n > SHEAF_MAX_SHEAF_CAPACITY) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -868,8 +1160,10 @@ SHEAF_API void *sheaf_cache_alloc_from(struct sheaf_cache *c, struct sheaf_prefi
 {
 	struct sheaf_sheaf *s = to_sheaf(p);
 	void *o;
+	if (!s || !prefilled_ok(c, s))
+		return NULL;
 	do {
-		if (!s || s->size == 0)
+		if (s->size == 0)
 			return NULL;
 		sheaf_wr(s->size, s->size - 1);
 		/* Counted like any allocation from a sheaf (K§6.1 ALLOC_FASTPATH). */
@@ -879,6 +1173,7 @@ SHEAF_API void *sheaf_cache_alloc_from(struct sheaf_cache *c, struct sheaf_prefi
 		 * free: check and mark them as every other allocation (corrupt: leaked). */
 	} while (sheaf_unlikely(c->debug_flags) &&
 		 sheaf_debug_slab_alloc(c, o, __builtin_return_address(0)) != 0);
+	sheaf_mark_clear(c, o);
 	sheaf_track_obj_alloc(c, o); /* track.h */
 	return o;
 }
@@ -891,8 +1186,8 @@ SHEAF_API unsigned int sheaf_prefilled_size(const struct sheaf_prefilled *p)
 SHEAF_API void sheaf_cache_return(struct sheaf_cache *c, struct sheaf_prefilled *p)
 {
 	struct sheaf_sheaf *s = to_sheaf(p);
-	if (!c || !s)
-		return;
+	if (!s || !prefilled_ok(c, s))
+		return; /* reported; under warn the sheaf and its objects are leaked */
 	s->flags &= ~SHEAF_SH_PREFILLED;
 	uint32_t cap = atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed);
 	if ((s->flags & SHEAF_SH_OVERSIZE) || s->capacity != cap) {
@@ -928,7 +1223,9 @@ SHEAF_API void sheaf_cache_return(struct sheaf_cache *c, struct sheaf_prefilled 
 
 SHEAF_API int sheaf_cache_refill(struct sheaf_cache *c, struct sheaf_prefilled **pp, unsigned int n)
 {
-	if (!c || !pp || !*pp)
+	if (!pp || !*pp || !prefilled_ok(c, to_sheaf(*pp)))
+		return -EINVAL;
+	if (n > SHEAF_MAX_SHEAF_CAPACITY)
 		return -EINVAL;
 	struct sheaf_sheaf *s = to_sheaf(*pp);
 	if (s->size >= n)

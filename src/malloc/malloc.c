@@ -94,75 +94,17 @@ void sheaf_malloc_counters_get(struct sheaf_malloc_counters *out)
 	out->errors = atomic_load_explicit(&ctr.errors, memory_order_relaxed);
 }
 
-/* A message buffer formatted without stdio: the error path never allocates,
- * and here it may run inside malloc itself. */
-struct msg {
-	char b[256];
-	size_t n;
-};
-
-static void msg_str(struct msg *m, const char *s)
-{
-	while (*s && m->n < sizeof(m->b) - 1)
-		m->b[m->n++] = *s++;
-}
-
-static void msg_num(struct msg *m, uint64_t v, unsigned int base)
-{
-	char t[24];
-	int k = 0;
-	do {
-		t[k++] = "0123456789abcdef"[v % base];
-		v /= base;
-	} while (v);
-	if (base == 16)
-		msg_str(m, "0x");
-	while (k > 0 && m->n < sizeof(m->b) - 1)
-		m->b[m->n++] = t[--k];
-}
-
-/* SHEAF_ON_ERROR=warn (the core's option, sheaf.h): report and leak instead
- * of aborting. */
-static bool error_is_warn(void)
-{
-	/* The core's start-up may allocate: as inside class_create, those
-	 * allocations must not try to create a class (see tls_creating). */
-	tls_creating++;
-	int r = sheaf_ensure_init();
-	tls_creating--;
-	return r == 0 && sheaf_g.on_error_warn;
-}
-
-/* Report an invalid use of the malloc API: "sheaf: <fn>: <what> <ptr>
- * [(cache <name>)] [size <n>]".  Aborts unless SHEAF_ON_ERROR=warn. */
+/* Report an invalid use of the malloc API through the one reporter (base/error.h):
+ * "sheaf: <kind>: cache '<class cache, or malloc>' address <ptr>: <fn>: <what>".
+ * Aborts unless SHEAF_ON_ERROR=warn.  Never allocates. */
 static void __attribute__((cold, noinline))
-report(const char *fn, const char *what, const void *ptr, const char *cache, size_t size)
+report(enum sheaf_error_kind kind, const char *fn, const char *what, const void *ptr, const char *cache, size_t size)
 {
-	struct msg m = { .n = 0 };
 	CTR_INC(errors);
-	msg_str(&m, "sheaf: ");
-	msg_str(&m, fn);
-	msg_str(&m, ": ");
-	msg_str(&m, what);
-	msg_str(&m, " ");
-	msg_num(&m, (uintptr_t)ptr, 16);
-	if (cache) {
-		msg_str(&m, " (cache ");
-		msg_str(&m, cache);
-		msg_str(&m, ")");
-	}
-	if (size != (size_t)-1) {
-		msg_str(&m, " size ");
-		msg_num(&m, size, 10);
-	}
-	bool warn = error_is_warn();
-	if (warn)
-		msg_str(&m, " (continuing: SHEAF_ON_ERROR=warn)");
-	msg_str(&m, "\n");
-	ssize_t w = write(2, m.b, m.n);
-	(void)w;
-	if (!warn)
-		abort();
+	if (size != (size_t)-1)
+		sheaf_error(kind, cache ? cache : "malloc", ptr, "%s: %s (size %zu)", fn, what, size);
+	else
+		sheaf_error(kind, cache ? cache : "malloc", ptr, "%s: %s", fn, what);
 }
 
 /* ---- Class caches -------------------------------------------------------------- */
@@ -179,13 +121,9 @@ static void fork_prepare(void);
 static void fork_parent(void);
 static void fork_child(void);
 
-static void class_name(char *buf, unsigned int i)
+static void class_name(char *buf, size_t cap, unsigned int i)
 {
-	struct msg m = { .n = 0 };
-	msg_str(&m, "malloc-");
-	msg_num(&m, sheaf_sc_size[i], 10);
-	m.b[m.n] = 0;
-	memcpy(buf, m.b, m.n + 1);
+	sheaf_fmt(buf, cap, "malloc-%u", (unsigned)sheaf_sc_size[i]);
 }
 
 /* Create class @i's cache; NULL if it cannot be created or if this thread is
@@ -203,9 +141,9 @@ static struct sheaf_cache *__attribute__((noinline)) class_create(unsigned int i
 			.align = sheaf_sc_align(i), .sheaf_capacity = 0,
 			.flags = SHEAF_CACHE_MALLOC_CLASS, .ctor = NULL,
 		};
-		class_name(name, i);
+		class_name(name, sizeof(name), i);
 		tls_creating++;
-		c = sheaf_cache_create(name, sheaf_sc_size[i], &args);
+		c = sheaf_cache_create_class(name, sheaf_sc_size[i], &args);
 		tls_creating--;
 		if (!c && atomic_load_explicit(&sheaf_g.init_state, memory_order_acquire) != 2)
 			atomic_store_explicit(&core_failed, 1, memory_order_relaxed);
@@ -214,7 +152,7 @@ static struct sheaf_cache *__attribute__((noinline)) class_create(unsigned int i
 			/* sheaf_malloc_class_of() depends on this; the core only rounds
 			 * sizes up to the alignment, which divides ours. */
 			if (osz < sheaf_sc_size[i] || sheaf_sc_index(osz) != i) {
-				report("malloc", "class cache has an unexpected object size", c,
+				report(SHEAF_ERR_CORRUPTION, "malloc", "class cache has an unexpected object size", c,
 				       name, osz);
 				c = NULL;
 			} else {
@@ -750,7 +688,8 @@ static void *extent_resize(void *p, size_t len, size_t n)
 void sheaf_malloc_free_slow(void *p, struct sheaf_cache *c, const char *fn)
 {
 	if (c) {
-		report(fn, "pointer of a cache that is not malloc's", p, sheaf_cache_name(c), (size_t)-1);
+		report(SHEAF_ERR_WRONG_CACHE, fn, "pointer of a cache that is not malloc's", p, sheaf_cache_name(c),
+		       (size_t)-1);
 		return;
 	}
 	if (is_boot(p))
@@ -765,7 +704,7 @@ void sheaf_malloc_free_slow(void *p, struct sheaf_cache *c, const char *fn)
 		sheaf_preload_foreign_free(p);
 		return;
 	}
-	report(fn, "invalid pointer (not allocated by sheaf_malloc, or freed twice)", p, NULL,
+	report(SHEAF_ERR_INVALID_POINTER, fn, "not allocated by sheaf_malloc, or a large block freed twice", p, NULL,
 	       (size_t)-1);
 }
 
@@ -845,14 +784,29 @@ void *sheaf_calloc(size_t nmemb, size_t size)
 	return p;
 }
 
+/* A class object @p of @c that the program may use: the start of an object (the
+ * slab geometry) and not free (its mark, confirmed).  Reported otherwise. */
+static bool class_ptr_ok(struct sheaf_cache *c, const void *p, const char *fn)
+{
+	if (unlikely(c->free_checks && !sheaf_obj_is_start(c, p))) {
+		report(SHEAF_ERR_INTERIOR, fn, "not the start of an allocated block", p, c->name, (size_t)-1);
+		return false;
+	}
+	if (c->free_mark && unlikely(*sheaf_mark_word(c, p) == sheaf_free_key)) {
+		CTR_INC(errors);
+		return sheaf_free_mark_check(c, p);
+	}
+	return true;
+}
+
 /* The usable size of @p, 0 if it is not ours (reported unless glibc's). */
 static size_t usable_size(const void *p, const char *fn)
 {
 	struct sheaf_cache *c = sheaf_malloc_cache_of(p);
 	if (likely(c != NULL)) {
 		if (likely(sheaf_malloc_class_of(c) >= 0))
-			return sheaf_cache_object_size(c);
-		report(fn, "pointer of a cache that is not malloc's", p, sheaf_cache_name(c),
+			return class_ptr_ok(c, p, fn) ? sheaf_cache_object_size(c) : 0;
+		report(SHEAF_ERR_WRONG_CACHE, fn, "pointer of a cache that is not malloc's", p, sheaf_cache_name(c),
 		       (size_t)-1);
 		return 0;
 	}
@@ -863,7 +817,7 @@ static size_t usable_size(const void *p, const char *fn)
 		return boot_size(p);
 	if (sheaf_preload_foreign_size && (len = sheaf_preload_foreign_size(p)) != 0)
 		return len;
-	report(fn, "invalid pointer", p, NULL, (size_t)-1);
+	report(SHEAF_ERR_INVALID_POINTER, fn, "not allocated by sheaf_malloc", p, NULL, (size_t)-1);
 	return 0;
 }
 
@@ -887,9 +841,13 @@ void *sheaf_realloc(void *p, size_t n)
 	if (likely(c != NULL)) {
 		int i = sheaf_malloc_class_of(c);
 		if (unlikely(i < 0)) {
-			report("realloc", "pointer of a cache that is not malloc's", p,
+			report(SHEAF_ERR_WRONG_CACHE, "realloc", "pointer of a cache that is not malloc's", p,
 			       sheaf_cache_name(c), (size_t)-1);
 			errno = EINVAL;
+			return NULL;
+		}
+		if (unlikely(!class_ptr_ok(c, p, "realloc"))) {
+			errno = EINVAL; /* reported; under warn the block is left alone */
 			return NULL;
 		}
 		/* Same class: nothing to do, growing or shrinking. */
@@ -968,14 +926,14 @@ void sheaf_free_sized(void *p, size_t size)
 		if (likely(size <= SHEAF_SC_MAX && sheaf_sc_index(size) == (unsigned int)i) ||
 		    (size <= sheaf_sc_size[i] && align_reachable(sheaf_sc_index(size), (unsigned int)i)))
 			sheaf_cache_free(c, p);
-		else
-			report("sheaf_free_sized", "size does not match the allocation", p,
+		else if (class_ptr_ok(c, p, "sheaf_free_sized"))
+			report(SHEAF_ERR_SIZE_MISMATCH, "sheaf_free_sized", "size does not match the allocation", p,
 			       sheaf_cache_name(c), size);
 	} else if (!c && !is_boot(p)) {
 		size_t len = ext_lookup(p, false);
 		if (len && size > len)
-			report("sheaf_free_sized", "size does not match the allocation", p, NULL,
-			       size);
+			report(SHEAF_ERR_SIZE_MISMATCH, "sheaf_free_sized", "size does not match the allocation", p,
+			       NULL, size);
 		else
 			sheaf_malloc_free_slow(p, c, "sheaf_free_sized");
 	} else {

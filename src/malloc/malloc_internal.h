@@ -19,6 +19,7 @@
 #include "sheaf_malloc.h"
 #include "malloc/sizeclass.h"
 #include "base/track.h"
+#include "slab/freecheck.h"
 
 /* ---- malloc.c: the fast paths, inline (no call before the sheaf pop or push) ----- */
 
@@ -89,6 +90,7 @@ static inline void *sheaf_malloc_inline(size_t n)
 			/* The class cache's per-CPU pop inlined here (rseq.h): no call. */
 			void *o;
 			SHEAF_RSEQ_POP(c, o, slow_alloc);
+			sheaf_mark_clear(c, o);
 			return o;
 		}
 slow_alloc:
@@ -122,7 +124,23 @@ static inline void sheaf_free_inline(void *p)
 			/* A node's cache pointer is set before its key is published. */
 			if (sheaf_likely(k != 0)) {
 				struct sheaf_cache *fc = ((struct sheaf_node *)k)->malloc_cache;
-				if (sheaf_likely(fc != NULL)) {
+				/* p lies in a slab of a class cache: the object-start test
+				 * and the free mark (slab/freecheck.h), as in sheaf_cache_free;
+				 * the mark goes back if the push fails. */
+				if (sheaf_likely(fc != NULL) && sheaf_likely(fc->free_mark) &&
+				    sheaf_likely(sheaf_obj_is_start(fc, p))) {
+					uint64_t *mk = sheaf_mark_word_fast(fc, p);
+					uint64_t old = *mk;
+					if (sheaf_unlikely(old == sheaf_free_key))
+						goto slow_free; /* maybe a double free: confirmed there */
+					*mk = sheaf_free_key;
+					SHEAF_RSEQ_PUSH_KEY(fc, p, k, unmark);
+					return;
+unmark:
+					*mk = old;
+					goto slow_free;
+				}
+				if (sheaf_likely(fc != NULL) && !fc->free_checks) {
 					SHEAF_RSEQ_PUSH_KEY(fc, p, k, slow_free);
 					return;
 				}

@@ -84,6 +84,7 @@
 
 #include "internal.h"
 #include "base/track.h"
+#include "slab/freecheck.h"
 
 #define RCU_FALLBACK_BATCH 64
 
@@ -167,7 +168,8 @@ enum {
 	TICKET_OPEN,
 	TICKET_RUNNING,
 	TICKET_CLAIMING,
-	TICKET_ORPHANED
+	TICKET_ORPHANED,
+	TICKET_SEARCHING /* a double-free search reads the units (rcu_pending); back to OPEN */
 };
 
 /* One call_rcu for every unit of a cache submitted since the previous one. */
@@ -264,10 +266,8 @@ static int wait_prepare(const struct rcu_ops *ops, const struct sheaf_cache *c)
 		ops->offline();
 		return 1;
 	}
-	sheaf_report_error(
-		c, c,
-		"RCU barrier called inside an RCU read-side critical section (it would deadlock);"
-		" skipped, cache");
+	sheaf_error(SHEAF_ERR_RCU, c->name, c,
+		    "RCU barrier called inside an RCU read-side critical section (it would deadlock); skipped");
 	return -1;
 }
 
@@ -277,10 +277,74 @@ static void wait_finish(const struct rcu_ops *ops, int was_online)
 		ops->online();
 }
 
+/* ---- Double-free search (cache.c's sheaf_free_confirm) ------------------------------- */
+
+static bool units_hold(const struct rcu_units *u, const void *obj)
+{
+	const struct sheaf_list *pos;
+	for (pos = u->sheaves.next; pos != &u->sheaves; pos = pos->next) {
+		const struct sheaf_sheaf *s = sheaf_container_of(pos, struct sheaf_sheaf, link);
+		for (uint32_t i = 0; i < s->size; i++)
+			if (s->objects[i] == obj)
+				return true;
+	}
+	for (const struct rcu_batch *b = u->batches; b; b = b->next)
+		for (uint32_t i = 0; i < b->n; i++)
+			if (b->objs[i] == obj)
+				return true;
+	return false;
+}
+
+struct pending_arg {
+	const void *obj;
+	bool found;
+};
+
+static void pending_in_pcs(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
+{
+	(void)c;
+	struct pending_arg *a = arg;
+	if (a->found)
+		return;
+	pthread_mutex_lock(&pcs->rcu_lock);
+	const struct sheaf_sheaf *s = pcs->rcu_free;
+	for (uint32_t i = 0; s && i < s->size && !a->found; i++)
+		a->found = s->objects[i] == a->obj;
+	pthread_mutex_unlock(&pcs->rcu_lock);
+}
+
+/* Does @obj wait for a grace period after a free_rcu?  Every place of the path at the
+ * top except units a barrier took back (they are in its hands until it returns them)
+ * and a ticket whose callback already runs. */
+static bool rcu_pending(struct sheaf_cache *c, const void *obj)
+{
+	struct rcu_state *st = c->rcu_priv;
+	if (!st)
+		return false;
+	struct pending_arg a = { obj, false };
+	sheaf_pcs_for_each(c, pending_in_pcs, &a);
+	if (a.found)
+		return true;
+	pthread_mutex_lock(&st->lock);
+	a.found = units_hold(&st->next, obj);
+	for (uint32_t i = 0; st->fb && i < st->fb->n && !a.found; i++)
+		a.found = st->fb->objs[i] == obj;
+	struct rcu_ticket *t = st->ticket;
+	int open = TICKET_OPEN;
+	if (!a.found && t && atomic_compare_exchange_strong(&t->state, &open, TICKET_SEARCHING)) {
+		/* Frozen: its callback waits until the state is OPEN again. */
+		a.found = units_hold(&t->u, obj);
+		atomic_store(&t->state, TICKET_OPEN);
+	}
+	pthread_mutex_unlock(&st->lock);
+	return a.found;
+}
+
 /* ---- Cache state ------------------------------------------------------------------- */
 
 void sheaf_rcu_cache_init(struct sheaf_cache *c)
 {
+	sheaf_rcu_pending_hook = rcu_pending;
 	struct rcu_state *st = sheaf_meta_alloc(sizeof(*st));
 	if (st) {
 		pthread_mutex_init(&st->lock, NULL);
@@ -319,10 +383,34 @@ void sheaf_rcu_cache_fini(struct sheaf_cache *c)
  * already was free is a double free), and a debug cache's checks and poison.  An object
  * a hook rejects (reported; SHEAF_ON_ERROR=warn leaks it) is dropped from @objs by
  * swapping in the last entry.  Returns the objects left. */
+static bool mark_in_object(const struct sheaf_cache *c)
+{
+	return c->free_mark && c->mark_offset < c->object_size;
+}
+
+/* The free mark of an object whose grace period ended, in a cache that keeps the mark
+ * in the object (free_rcu could not write it: readers may still read the object).
+ * @kept: the objects of this unit already accepted.  False: a double free, reported. */
+static bool mark_after_gp(struct sheaf_cache *c, void *o, void *const *kept, uint32_t nkept)
+{
+	if (sheaf_unlikely(*sheaf_mark_word(c, o) == sheaf_free_key)) {
+		for (uint32_t j = 0; j < nkept; j++) {
+			if (kept[j] == o) {
+				sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, o, "free_rcu of an object already free");
+				return false;
+			}
+		}
+		if (!sheaf_free_mark_check(c, o))
+			return false;
+	}
+	*sheaf_mark_word(c, o) = sheaf_free_key;
+	return true;
+}
+
 static uint32_t objs_prepare(struct sheaf_cache *c, void **objs, uint32_t n)
 {
 	void (*hook)(const void *, size_t) = sheaf_free_check_hook;
-	if (!hook && !SHEAF_TRACK_ENABLED && !c->debug_flags)
+	if (!hook && !SHEAF_TRACK_ENABLED && !c->debug_flags && !mark_in_object(c))
 		return n;
 	for (uint32_t i = 0; i < n;) {
 		void *o = objs[i];
@@ -330,8 +418,10 @@ static uint32_t objs_prepare(struct sheaf_cache *c, void **objs, uint32_t n)
 		if (hook)
 			hook(o, c->object_size);
 		if (sheaf_unlikely(sheaf_track_obj_free(c, o))) {
-			sheaf_report_error(c, o, "double free (free_rcu) of");
+			sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, o, "free_rcu of an object already free");
 			drop = 1;
+		} else if (mark_in_object(c)) {
+			drop = !mark_after_gp(c, o, objs, i);
 		} else if (c->debug_flags) {
 			drop = sheaf_debug_slab_free(c, o, (const void *)sheaf_cache_free_rcu) != 0;
 		}
@@ -427,7 +517,11 @@ static void ticket_cb(struct rcu_head *head)
 	struct rcu_ticket *t = sheaf_container_of(head, struct rcu_ticket, head);
 	tsan_acquire(t);
 	int expect = TICKET_OPEN;
-	if (!atomic_compare_exchange_strong(&t->state, &expect, TICKET_RUNNING)) {
+	while (!atomic_compare_exchange_strong(&t->state, &expect, TICKET_RUNNING) && expect == TICKET_SEARCHING) {
+		sched_yield(); /* a double-free search reads the units: a few loads */
+		expect = TICKET_OPEN;
+	}
+	if (expect != TICKET_OPEN) {
 		/* A barrier took the units and returns them itself; the cache may be gone.
 		 * Wait until the barrier is done with the ticket (a few stores under its
 		 * lock), then free it. */
@@ -562,16 +656,26 @@ static struct sheaf_sheaf *rcu_sheaf_get(struct sheaf_cache *c, struct sheaf_pcs
 
 SHEAF_API void sheaf_cache_free_rcu(struct sheaf_cache *c, void *obj)
 {
-	if (!c || !obj)
+	if (!obj)
 		return;
-	if (!sheaf_slab_check_obj(c, obj, "free_rcu"))
-		return;
+	if (!sheaf_cache_check(c) || !sheaf_slab_check_obj(c, obj, "free_rcu"))
+		return; /* reported (interior, foreign, wrong cache, bad handle) */
 	if (SHEAF_TRACK_ASAN && sheaf_track_cache(c) && sheaf_track_asan_ok(c) &&
 	    sheaf_track_is_poisoned(obj)) {
 		/* Already free (ASan builds know it): a double free, caught before the grace
 		 * period so the report names the caller. */
-		sheaf_report_error(c, obj, "double free (free_rcu) of");
+		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "free_rcu of an object already free");
 		return;
+	}
+	if (c->free_mark) {
+		/* Already free (its mark, confirmed): a free then a free_rcu, or, where the
+		 * mark lives past the object, a second free_rcu.  Only there can free_rcu
+		 * mark the object now: a plain cache's readers may still read every byte
+		 * of it until the grace period ends, when objs_prepare marks it. */
+		if (!sheaf_free_mark_check(c, obj))
+			return;
+		if (!mark_in_object(c))
+			*sheaf_mark_word(c, obj) = sheaf_free_key;
 	}
 	const struct rcu_ops *ops = rcu_use();
 	atomic_fetch_add(&c->rcu_inflight_objects, 1);
@@ -604,7 +708,7 @@ SHEAF_API void sheaf_cache_free_rcu(struct sheaf_cache *c, void *obj)
 		pthread_mutex_unlock(&pcs->rcu_lock);
 		sheaf_pcs_unlock(c, pcs);
 		atomic_fetch_sub(&c->rcu_inflight_objects, 1);
-		sheaf_report_error(c, obj, "double free (free_rcu) of");
+		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "free_rcu of an object already free");
 		return;
 	}
 	s->objects[s->size++] = obj;

@@ -330,15 +330,16 @@ static void rb_bytes(struct rbuf *r, const char *label, const unsigned char *p, 
 
 /* Print the report; returns 1 for the hook (leak the object) unless the
  * process aborts (SHEAF_ON_ERROR=abort, the default). */
-static int report(const struct sheaf_cache *c, char *slot, const char *what, long bad_off,
-		  const void *caller)
+static int report(const struct sheaf_cache *c, char *slot, enum sheaf_error_kind kind, const char *what,
+		  long bad_off, const void *caller)
 {
 	struct rbuf r;
 	char *obj = slot + c->obj_offset;
 	const struct meta *m = meta_of(c, slot);
-	r.n = 0;
-	rb_add(&r, "sheaf: BUG cache '%s': %s: object %p (size %zu, slot %p)\n", c->name, what,
-	       (void *)obj, c->object_size, (void *)slot);
+	/* The first line is every reporter's (base/error.h); the details follow. */
+	r.n = sheaf_error_head(r.b, sizeof(r.b) - 1, kind, c->name, obj, "%s (size %zu, slot %p)", what,
+			       c->object_size, (void *)slot);
+	r.b[r.n++] = '\n';
 	if (bad_off != LONG_MIN) {
 		const unsigned char *b = (const unsigned char *)obj + bad_off;
 		if (bad_off < 0)
@@ -363,13 +364,9 @@ static int report(const struct sheaf_cache *c, char *slot, const char *what, lon
 	} else {
 		rb_add(&r, "sheaf:   (allocation and free sites: enable U, e.g. SHEAF_SLAB_DEBUG=FZPU)\n");
 	}
-	int warn = sheaf_g.on_error_warn;
+	bool warn = sheaf_error_warn();
 	rb_add(&r, "sheaf:   %s\n", warn ? "object leaked, continuing (SHEAF_ON_ERROR=warn)" : "aborting");
-	if (write(2, r.b, r.n) < 0) {
-		/* stderr closed: the abort below still stops the program */
-	}
-	if (!warn)
-		abort();
+	sheaf_error_emit(r.b, r.n); /* aborts unless warn */
 	return 1;
 }
 
@@ -429,16 +426,16 @@ int sheaf_debug_slab_alloc(struct sheaf_cache *c, void *obj, const void *caller)
 
 	slot_open(c, slot);
 	if (m->state != STATE_FREE) {
-		rc = report(c, slot,
+		rc = report(c, slot, SHEAF_ERR_CORRUPTION,
 			    m->state == STATE_ALLOC ? "allocated object found on the free list "
 						      "(double free, or free list corrupted)"
 						    : "object metadata overwritten (state word)",
 			    LONG_MIN, caller);
 	} else if ((f & SHEAF_DEBUG_REDZONE) &&
 		   (bad = check_redzones(c, slot, RED_INACTIVE)) != LONG_MIN) {
-		rc = report(c, slot, "red zone overwritten while the object was free", bad, caller);
+		rc = report(c, slot, SHEAF_ERR_WRITE_AFTER_FREE, "red zone overwritten while the object was free", bad, caller);
 	} else if ((f & SHEAF_DEBUG_POISON) && (bad = check_poison(c, (char *)obj)) != LONG_MIN) {
-		rc = report(c, slot, "write after free (poison overwritten)", bad, caller);
+		rc = report(c, slot, SHEAF_ERR_WRITE_AFTER_FREE, "poison overwritten", bad, caller);
 	} else {
 		m->state = STATE_ALLOC;
 		if (f & SHEAF_DEBUG_REDZONE)
@@ -460,12 +457,12 @@ int sheaf_debug_slab_free(struct sheaf_cache *c, void *obj, const void *caller)
 
 	slot_open(c, slot);
 	if (m->state == STATE_FREE) {
-		rc = report(c, slot, "double free", LONG_MIN, caller);
+		rc = report(c, slot, SHEAF_ERR_DOUBLE_FREE, "the object is already free", LONG_MIN, caller);
 	} else if (m->state != STATE_ALLOC) {
-		rc = report(c, slot, "object metadata overwritten (state word)", LONG_MIN, caller);
+		rc = report(c, slot, SHEAF_ERR_CORRUPTION, "object metadata overwritten (state word)", LONG_MIN, caller);
 	} else if ((f & SHEAF_DEBUG_REDZONE) &&
 		   (bad = check_redzones(c, slot, RED_ACTIVE)) != LONG_MIN) {
-		rc = report(c, slot, "red zone overwritten (buffer overflow)", bad, caller);
+		rc = report(c, slot, SHEAF_ERR_OVERFLOW, "red zone overwritten", bad, caller);
 	} else {
 		m->state = STATE_FREE;
 		if (f & SHEAF_DEBUG_STORE_USER)

@@ -20,6 +20,7 @@
 
 #include "internal.h"
 #include "base/track.h"
+#include "slab/freecheck.h"
 
 #define FC_LOAD(s) atomic_load_explicit(&(s)->sl_fc, memory_order_acquire)
 
@@ -83,10 +84,14 @@ static struct sheaf_slab *slab_new(struct sheaf_cache *c, struct sheaf_node *n, 
 	sheaf_track_slab_open(c, mem, SHEAF_PAGE_SIZE << c->order);
 	if (c->debug_flags)
 		sheaf_debug_slab_init(c, mem, nobj);
+	sheaf_assert_internal(((uintptr_t)mem & c->slab_mask) == 0); /* freecheck.h relies on it */
 	for (uint32_t i = 0; i < nobj; i++) {
 		if (c->ctor)
 			c->ctor(obj_at(c, s, i));
 		fp_set(c, slot_at(c, s, i), i + 1 < nobj ? i + 1 : SHEAF_FL_END);
+		/* Free from the start: a free of a slot never handed out is a double free. */
+		if (c->free_mark)
+			*sheaf_mark_word(c, obj_at(c, s, i)) = sheaf_free_key;
 	}
 	for (uint32_t i = 0; i < take; i++)
 		objs[i] = obj_at(c, s, i);
@@ -164,7 +169,8 @@ static void slab_free_chain(struct sheaf_cache *c, struct sheaf_slab *s, uint32_
 		if (sheaf_unlikely(cnt > inuse || SHEAF_FC_HEAD(old) == head)) {
 			if (locked)
 				pthread_mutex_unlock(&n->list_lock);
-			sheaf_report_error(c, obj_at(c, s, head), "double free (object already free) at");
+			sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj_at(c, s, head),
+				    "the slab has fewer objects in use than are freed to it");
 			return;
 		}
 		new_inuse = inuse - cnt;
@@ -204,29 +210,8 @@ static void slab_free_chain(struct sheaf_cache *c, struct sheaf_slab *s, uint32_
 	pthread_mutex_unlock(&n->list_lock);
 }
 
-struct sheaf_slab *sheaf_slab_check_obj(struct sheaf_cache *c, const void *obj, const char *op)
-{
-	struct sheaf_slab *s = sheaf_page_slab(obj);
-	if (sheaf_unlikely(!s || sheaf_rd(s->pg_kind) != SHEAF_PG_SLAB)) {
-		sheaf_report_error(c, obj, "%s of a pointer Sheaf did not allocate:", op);
-		return NULL;
-	}
-	struct sheaf_cache *owner = s->sl_node->cache;
-	if (sheaf_unlikely(owner != c)) {
-		sheaf_report_error(c, obj, "%s of an object of cache '%s' into the wrong cache:", op, owner->name);
-		return NULL;
-	}
-	size_t off = (size_t)((const char *)obj - s->sl_base);
-	if (sheaf_unlikely(off < c->obj_offset || (off - c->obj_offset) % c->slot_size != 0 ||
-			   (off - c->obj_offset) / c->slot_size >= c->objs_per_slab)) {
-		sheaf_report_error(c, obj, "%s of a pointer that is not the start of an object:", op);
-		return NULL;
-	}
-	return s;
-}
-
 /* Index of @q in @s if @q is exactly the start of one of its objects (no division:
- * the reciprocal gives the candidate index, one multiply confirms it). */
+ * the reciprocal gives the candidate index, one multiply confirms it; freecheck.h). */
 static inline bool index_in_slab(const struct sheaf_cache *c, const struct sheaf_slab *s, const void *q, uint32_t *idx)
 {
 	size_t off = (size_t)((const char *)q - s->sl_base);
@@ -238,6 +223,50 @@ static inline bool index_in_slab(const struct sheaf_cache *c, const struct sheaf
 		return false;
 	*idx = i;
 	return true;
+}
+
+struct sheaf_slab *sheaf_slab_check_obj(struct sheaf_cache *c, const void *obj, const char *op)
+{
+	struct sheaf_slab *s = sheaf_page_slab(obj);
+	if (sheaf_unlikely(!s || sheaf_rd(s->pg_kind) != SHEAF_PG_SLAB)) {
+		sheaf_error(SHEAF_ERR_INVALID_POINTER, c->name, obj, "%s of a pointer Sheaf did not allocate", op);
+		return NULL;
+	}
+	struct sheaf_cache *owner = s->sl_node->cache;
+	if (sheaf_unlikely(owner != c)) {
+		sheaf_error(SHEAF_ERR_WRONG_CACHE, c->name, obj, "%s of an object of cache '%s'", op, owner->name);
+		return NULL;
+	}
+	uint32_t idx;
+	if (sheaf_unlikely(!index_in_slab(c, s, obj, &idx))) {
+		sheaf_error(SHEAF_ERR_INTERIOR, c->name, obj, "%s of a pointer that is not the start of an object", op);
+		return NULL;
+	}
+	return s;
+}
+
+bool sheaf_slab_holds_free(struct sheaf_cache *c, const void *obj)
+{
+	struct sheaf_slab *s = sheaf_page_slab(obj);
+	uint32_t want;
+	if (!s || sheaf_rd(s->pg_kind) != SHEAF_PG_SLAB || s->sl_node->cache != c || !index_in_slab(c, s, obj, &want))
+		return false;
+	/* Under list_lock no pop runs on a listed slab; a lockless free only pushes in
+	 * front.  The walk is bounded by the object count whatever the list holds. */
+	struct sheaf_node *n = s->sl_node;
+	bool found = false;
+	pthread_mutex_lock(&n->list_lock);
+	uint64_t fc = FC_LOAD(s);
+	uint32_t objects = SHEAF_FC_OBJECTS(fc), steps = 0;
+	for (uint32_t i = SHEAF_FC_HEAD(fc); i != SHEAF_FL_END && i < objects && steps <= objects; steps++) {
+		if (i == want) {
+			found = true;
+			break;
+		}
+		i = fp_get(c, slot_at(c, s, i));
+	}
+	pthread_mutex_unlock(&n->list_lock);
+	return found;
 }
 
 void sheaf_slab_free_bulk(struct sheaf_cache *c, void **objs, unsigned cnt)
@@ -275,7 +304,7 @@ void sheaf_slab_free_bulk(struct sheaf_cache *c, void **objs, unsigned cnt)
 				continue;
 			}
 			if (sheaf_unlikely(qi == head || qi == tail)) {
-				sheaf_report_error(c, q, "double free (object freed twice in one batch) at");
+				sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, q, "the object is freed twice in one batch");
 				objs[i] = NULL;
 				continue;
 			}
@@ -308,8 +337,8 @@ static void *slab_pop_locked(struct sheaf_cache *c, struct sheaf_node *n, struct
 			remove_partial(n, s);
 			atomic_fetch_or_explicit(&s->sl_fc, SHEAF_FC_MAKE(0, 0, 0, 1), memory_order_relaxed);
 			pthread_mutex_unlock(&n->list_lock);
-			sheaf_report_error(c, obj_at(c, s, head),
-					   "freelist corrupted (write after free?) in the free object at");
+			sheaf_error(SHEAF_ERR_CORRUPTION, c->name, obj_at(c, s, head),
+				    "free list corrupted in this free object (write after free?)");
 			pthread_mutex_lock(&n->list_lock);
 			return NULL;
 		}
@@ -399,7 +428,8 @@ unsigned sheaf_slab_refill(struct sheaf_cache *c, struct sheaf_node *n, void **o
 		uint32_t idx = SHEAF_FC_HEAD(old), walked = 0;
 		while (idx != SHEAF_FL_END && got < max) {
 			if (sheaf_unlikely(idx >= objects || walked >= taken_free)) {
-				sheaf_report_error(c, s->sl_base, "freelist corrupted (write after free?) in slab");
+				sheaf_error(SHEAF_ERR_CORRUPTION, c->name, s->sl_base,
+					    "free list corrupted in the slab at this address (write after free?)");
 				idx = SHEAF_FL_END;
 				break;
 			}

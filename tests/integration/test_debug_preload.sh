@@ -78,13 +78,13 @@ run() {
 }
 run uaf
 check '[ $rc -ne 0 ] && ! grep -q survived "$work/pre-uaf.out" &&
-	grep -q "BUG cache .[a-z0-9-]*.: write after free (poison overwritten)" "$work/pre-uaf.log" &&
+	grep -q "sheaf: write after free: cache .[a-z0-9-]*. address 0x[0-9a-f]*: poison overwritten" "$work/pre-uaf.log" &&
 	grep -q "first bad byte at offset 10: 0x07" "$work/pre-uaf.log" &&
 	grep -q "last allocated at 0x[0-9a-f]* (main+" "$work/pre-uaf.log" &&
 	sed -n "/last freed at/,/aborting/p" "$work/pre-uaf.log" | grep -q "(main+"' \
 	"write after free() in a plain C program is reported with its sites (rc $rc)" "$work/pre-uaf.log"
 run overflow
-check '[ $rc -ne 0 ] && grep -q "red zone overwritten (buffer overflow)" "$work/pre-overflow.log"' \
+check '[ $rc -ne 0 ] && grep -q "sheaf: buffer overflow: cache .*: red zone overwritten" "$work/pre-overflow.log"' \
 	"overflow of a malloc'd buffer hits the red zone (rc $rc)" "$work/pre-overflow.log"
 run double
 check '[ $rc -ne 0 ] && grep -q "double free" "$work/pre-double.log" && ! grep -q survived "$work/pre-double.out"' \

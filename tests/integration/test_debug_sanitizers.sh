@@ -260,7 +260,7 @@ check '[ $rc -ne 0 ] && grep -q "use-after-poison" "$work/asan-overflow.log" &&
 	grep -q "WRITE of size 1" "$work/asan-overflow.log"' \
 	"ASan: overflow into the slot padding (rc $rc)" "$work/asan-overflow.log"
 as double-free
-check '[ $rc -ne 0 ] && grep -q "cache .bugs.: double free of 0x" "$work/asan-double-free.log" &&
+check '[ $rc -ne 0 ] && grep -q "sheaf: double free: cache .bugs. address 0x" "$work/asan-double-free.log" &&
 	! grep -q "^done" "$work/asan-double-free.out"' \
 	"ASan: double free found through the shadow and reported by Sheaf (rc $rc)" "$work/asan-double-free.log"
 as malloc-uaf

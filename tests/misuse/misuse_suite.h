@@ -170,6 +170,25 @@ static void do_df_many_between(void *p)
 		sheaf_cache_free(ms_a, v[i]);
 	sheaf_cache_free(ms_a, p);
 }
+static void *ms_page_pair(struct sheaf_cache *c, void **keep)
+{
+	/* Two live objects on one page (so one slab): the slab stays after a shrink. */
+	void *v[64];
+	void *x = NULL;
+	for (int i = 0; i < 64; i++)
+		v[i] = ms_alloc(c);
+	for (int i = 0; i < 64 && !x; i++)
+		for (int j = 0; j < 64 && !x; j++)
+			if (i != j && ((uintptr_t)v[i] >> 12) == ((uintptr_t)v[j] >> 12)) {
+				x = v[i];
+				*keep = v[j];
+			}
+	for (int i = 0; i < 64; i++)
+		if (v[i] != x && v[i] != *keep)
+			sheaf_cache_free(c, v[i]);
+	REQUIRE(x);
+	return x;
+}
 static void do_df_after_shrink(void *p)
 {
 	sheaf_cache_free(ms_a, p);
@@ -246,7 +265,10 @@ static void test_double_free(void)
 	ms_expect("free a; free a", do_df_immediate, p, "double free", "ms-a", p);
 	ms_expect("free a; free b; free a", do_df_delayed, p, "double free", "ms-a", p);
 	ms_expect("free a; 300 frees; free a", do_df_many_between, p, "double free", "ms-a", p);
-	ms_expect("free a; shrink; free a", do_df_after_shrink, p, "double free", "ms-a", p);
+	void *keep, *x = ms_page_pair(ms_a, &keep);
+	ms_expect("free a; shrink; free a", do_df_after_shrink, x, "double free", "ms-a", x);
+	sheaf_cache_free(ms_a, keep);
+	sheaf_cache_free(ms_a, x);
 	ms_expect("free a in a thread; free a", do_df_other_thread, p, "double free", "ms-a", p);
 	ms_expect("free a in two threads", do_df_thread_alive, p, "double free", "ms-a", p);
 	ms_expect("free_bulk({a, b, a})", do_df_bulk, p, "double free", "ms-a", p);
@@ -459,7 +481,8 @@ static void do_warn_continue(void *arg)
 	(void)arg;
 	struct sheaf_cache *c = ms_new_cache("ms-cont");
 	struct sheaf_cache *other = ms_new_cache("ms-cont-b");
-	void *a = ms_alloc(c), *b = ms_alloc(c), *d = ms_alloc(c), *e = ms_alloc(c), *f = ms_alloc(c);
+	void *keep, *f = ms_page_pair(c, &keep); /* f's slab outlives the shrink below */
+	void *a = ms_alloc(c), *b = ms_alloc(c), *d = ms_alloc(c), *e = ms_alloc(c);
 	sheaf_cache_free(c, (char *)a + 8);  /* interior */
 	sheaf_cache_free(c, a);
 	sheaf_cache_free(c, b);
@@ -487,7 +510,7 @@ static void do_warn_continue(void *arg)
 	sheaf_cache_return(c, pf);           /* wrong sheaf: leaked */
 
 	/* Allocate many: every address distinct, no two live objects overlap. */
-	static uintptr_t live[MS_LIVE + 1];
+	static uintptr_t live[MS_LIVE + 2];
 	size_t n = 0;
 	for (int i = 0; i < MS_LIVE; i++) {
 		live[n] = (uintptr_t)sheaf_cache_alloc(c);
@@ -499,6 +522,7 @@ static void do_warn_continue(void *arg)
 		n++;
 	}
 	live[n++] = (uintptr_t)w;
+	live[n++] = (uintptr_t)keep;
 	qsort(live, n, sizeof(live[0]), ms_cmp);
 	for (size_t i = 1; i < n; i++)
 		if (live[i] < live[i - 1] + MS_SIZE)

@@ -93,7 +93,7 @@ static void test_double_free(void)
 	REQUIRE(o);
 	char want[160], addr[32] = { 0 };
 	sscanf(o + 5, "%31s", addr);
-	snprintf(want, sizeof(want), "BUG cache 'dbg-dfree': double free: object %s", addr);
+	snprintf(want, sizeof(want), "sheaf: double free: cache 'dbg-dfree' address %s: the object is already free", addr);
 	CHECKF(strstr(r.err, want) != NULL, "no '%s' in: %s", want, r.err);
 	CHECKF(site_after(r.err, "last allocated at", child_double_free), "%s", r.err);
 	CHECKF(site_after(r.err, "last freed at", child_double_free), "%s", r.err);
@@ -123,7 +123,7 @@ static void test_write_after_free(void)
 	REQUIRE(o);
 	char want[160], addr[32] = { 0 };
 	sscanf(o + 5, "%31s", addr);
-	snprintf(want, sizeof(want), "BUG cache 'dbg-uaf': write after free (poison overwritten): object %s",
+	snprintf(want, sizeof(want), "sheaf: write after free: cache 'dbg-uaf' address %s: poison overwritten",
 		 addr);
 	CHECKF(strstr(r.err, want) != NULL, "no '%s' in: %s", want, r.err);
 	CHECKF(strstr(r.err, "first bad byte at offset 12: 0x42") != NULL, "%s", r.err);
@@ -154,7 +154,7 @@ static void test_redzone_overwrite(void)
 	struct th_child r;
 	th_run_child(child_redzone, (void *)(intptr_t)3, &r);
 	CHECKF(aborted(&r), "status %d sig %d: %s", r.status, r.sig, r.err);
-	CHECKF(strstr(r.err, "BUG cache 'dbg-rz': red zone overwritten (buffer overflow): object") != NULL,
+	CHECKF(strstr(r.err, "sheaf: buffer overflow: cache 'dbg-rz' address 0x") != NULL,
 	       "%s", r.err);
 	CHECKF(strstr(r.err, "first bad byte 3 bytes after the object: 0x00") != NULL, "%s", r.err);
 	CHECK(strstr(r.err, "cc cc cc 00 cc") != NULL);
@@ -210,15 +210,15 @@ static void test_foreign_free(void)
 	char want[160];
 	th_run_child(child_foreign, (void *)0, &r);
 	CHECKF(aborted(&r), "%s", r.err);
-	CHECKF(strstr(r.err, "cache 'dbg-foreign': free of a pointer Sheaf did not allocate") != NULL,
+	CHECKF(strstr(r.err, "sheaf: invalid pointer: cache 'dbg-foreign' address 0x") != NULL,
 	       "%s", r.err);
 	th_run_child(child_foreign, (void *)1, &r);
 	CHECKF(aborted(&r), "%s", r.err);
-	CHECKF(strstr(r.err, "an object of cache 'dbg-other' into the wrong cache") != NULL, "%s",
+	CHECKF(strstr(r.err, "free of an object of cache 'dbg-other'") != NULL, "%s",
 	       r.err);
 	th_run_child(child_foreign, (void *)2, &r);
 	CHECKF(aborted(&r), "%s", r.err);
-	snprintf(want, sizeof(want), "cache 'dbg-foreign': free of a pointer that is not the start");
+	snprintf(want, sizeof(want), "sheaf: interior pointer: cache 'dbg-foreign' address");
 	CHECKF(strstr(r.err, want) != NULL, "%s", r.err);
 }
 
@@ -226,7 +226,7 @@ static void test_foreign_free(void)
 
 static void child_warn(void *arg)
 {
-	sheaf_g.on_error_warn = 1; /* as SHEAF_ON_ERROR=warn */
+	sheaf_error_set_warn(1); /* as SHEAF_ON_ERROR=warn */
 	struct sheaf_cache *c = mk("dbg-warn", 0);
 	struct obj *o = sheaf_cache_alloc(c);
 	sheaf_cache_free(c, o);
@@ -290,7 +290,7 @@ static void test_prefill(void)
 	CHECK(strstr(r.err, "BUG") == NULL);
 	th_run_child(child_prefill, (void *)1, &r);
 	CHECKF(aborted(&r), "status %d sig %d: %s", r.status, r.sig, r.err);
-	CHECKF(strstr(r.err, "write after free (poison overwritten)") != NULL &&
+	CHECKF(strstr(r.err, "sheaf: write after free: cache 'dbg-prefill'") && strstr(r.err, "poison overwritten") != NULL &&
 	       strstr(r.err, "first bad byte at offset 20: 0x55") != NULL, "%s", r.err);
 }
 

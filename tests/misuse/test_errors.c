@@ -107,10 +107,10 @@ static void do_warn_mode(void *a)
 
 static void test_warn_mode(void)
 {
-	sheaf_g.on_error_warn = 1;
+	sheaf_error_set_warn(1);
 	struct th_child r;
 	th_run_child(do_warn_mode, NULL, &r);
-	sheaf_g.on_error_warn = 0;
+	sheaf_error_set_warn(0);
 	CHECK(r.exited && r.status == 0);
 	CHECK(strstr(r.err, "leaked") != NULL);
 	CHECK(strstr(r.err, "did not allocate") != NULL);

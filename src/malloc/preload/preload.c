@@ -45,6 +45,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/auxv.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -222,16 +223,34 @@ EXPORT void *calloc(size_t nmemb, size_t size)
 	return sheaf_calloc(nmemb, size);
 }
 
+/* What a realloc did, in the counts' terms: from NULL, one malloc; to size 0 (glibc
+ * frees), one free; moved, one malloc and one free; in place or failed, nothing.  A
+ * program that frees everything it allocates then shows equal counts. */
+static inline void count_realloc(const void *old, const void *q, size_t n)
+{
+	if (!old) {
+		if (q)
+			count_malloc();
+	} else if (n == 0 && !q) {
+		count_free();
+	} else if (q && q != old) {
+		count_malloc();
+		count_free();
+	}
+}
+
 EXPORT void *realloc(void *p, size_t n)
 {
-	count_malloc();
-	return sheaf_realloc(p, n);
+	void *q = sheaf_realloc(p, n);
+	count_realloc(p, q, n);
+	return q;
 }
 
 EXPORT void *reallocarray(void *p, size_t nmemb, size_t size)
 {
-	count_malloc();
-	return sheaf_malloc_reallocarray(p, nmemb, size);
+	void *q = sheaf_malloc_reallocarray(p, nmemb, size);
+	count_realloc(p, q, nmemb && size ? 1 : 0);
+	return q;
 }
 
 EXPORT void *aligned_alloc(size_t align, size_t n)
@@ -390,7 +409,9 @@ static void __attribute__((constructor)) preload_start(void)
 	if (pthread_key_create(&fold_key, fold_at_exit) == 0)
 		atomic_store_explicit(&fold_key_ok, 1, memory_order_release);
 	pthread_atfork(NULL, NULL, counts_reset_in_child);
-	const char *v = getenv("SHEAF_MALLOC_STATS");
+	/* Not in a setuid/setgid program (AT_SECURE): a path here would let anyone
+	 * append to a file with the program's privileges (base/options.c). */
+	const char *v = getauxval(AT_SECURE) ? NULL : getenv("SHEAF_MALLOC_STATS");
 	if (v && *v && strcmp(v, "0") != 0) {
 		size_t n = strlen(v);
 		if (n < sizeof(stats_dest))

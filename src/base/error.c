@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * error.c - the one error reporter (error.h).  Nothing here allocates or uses stdio:
+ * it runs inside malloc, with locks of the caller held, or with a corrupt heap.
+ */
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/config.h"
+#include "base/error.h"
+
+static const char *const kind_names[SHEAF_ERR_NR] = {
+	[SHEAF_ERR_DOUBLE_FREE] = "double free",
+	[SHEAF_ERR_INTERIOR] = "interior pointer",
+	[SHEAF_ERR_INVALID_POINTER] = "invalid pointer",
+	[SHEAF_ERR_WRONG_CACHE] = "wrong cache",
+	[SHEAF_ERR_WRONG_SHEAF] = "wrong sheaf",
+	[SHEAF_ERR_INVALID_CACHE] = "invalid cache",
+	[SHEAF_ERR_DESTROYED_CACHE] = "destroyed cache",
+	[SHEAF_ERR_SIZE_MISMATCH] = "size mismatch",
+	[SHEAF_ERR_CORRUPTION] = "corruption",
+	[SHEAF_ERR_WRITE_AFTER_FREE] = "write after free",
+	[SHEAF_ERR_OVERFLOW] = "buffer overflow",
+	[SHEAF_ERR_RCU] = "rcu misuse",
+};
+
+const char *sheaf_error_kind_name(enum sheaf_error_kind k)
+{
+	return (unsigned)k < SHEAF_ERR_NR ? kind_names[k] : "error";
+}
+
+/* -1: not decided yet (read from the options on the first report), 0 abort, 1 warn. */
+static atomic_int error_mode = -1;
+static atomic_ulong error_count;
+
+bool sheaf_error_warn(void)
+{
+	int m = atomic_load_explicit(&error_mode, memory_order_relaxed);
+	if (sheaf_unlikely(m < 0)) {
+		/* Options are parsed once, without allocating (options.c). */
+		m = sheaf_options_on_error_warn();
+		atomic_store_explicit(&error_mode, m, memory_order_relaxed);
+	}
+	return m == 1;
+}
+
+void sheaf_error_set_warn(int warn) { atomic_store_explicit(&error_mode, warn ? 1 : 0, memory_order_relaxed); }
+
+unsigned long sheaf_error_count(void) { return atomic_load_explicit(&error_count, memory_order_relaxed); }
+
+/* ---- Formatting ------------------------------------------------------------------- */
+
+struct out {
+	char *b;
+	size_t cap, n;
+};
+
+static void put(struct out *o, char ch)
+{
+	if (o->n + 1 < o->cap)
+		o->b[o->n++] = ch;
+}
+
+static void put_num(struct out *o, unsigned long long v, unsigned base, bool neg, int width, char pad, bool left)
+{
+	char t[24];
+	int k = 0;
+	do {
+		t[k++] = "0123456789abcdef"[v % base];
+		v /= base;
+	} while (v);
+	int len = k + (neg ? 1 : 0);
+	if (!left && pad == '0' && neg)
+		put(o, '-');
+	for (; !left && width > len; width--)
+		put(o, pad);
+	if (neg && !(pad == '0' && !left))
+		put(o, '-');
+	while (k > 0)
+		put(o, t[--k]);
+	for (; left && width > len; width--)
+		put(o, ' ');
+}
+
+size_t sheaf_vfmt(char *buf, size_t cap, const char *fmt, va_list ap)
+{
+	struct out o = { buf, cap, 0 };
+	if (!cap)
+		return 0;
+	for (const char *f = fmt; *f; f++) {
+		if (*f != '%') {
+			put(&o, *f);
+			continue;
+		}
+		f++;
+		bool left = false, alt = false;
+		char pad = ' ';
+		for (;; f++) {
+			if (*f == '-')
+				left = true;
+			else if (*f == '0')
+				pad = '0';
+			else if (*f == '#')
+				alt = true;
+			else
+				break;
+		}
+		int width = 0;
+		while (*f >= '0' && *f <= '9')
+			width = width * 10 + (*f++ - '0');
+		int lng = 0; /* 0 int, 1 long, 2 long long, 3 size_t */
+		if (*f == 'l') {
+			lng = 1;
+			if (*++f == 'l') {
+				lng = 2;
+				f++;
+			}
+		} else if (*f == 'z') {
+			lng = 3;
+			f++;
+		}
+		switch (*f) {
+		case 's': {
+			const char *s = va_arg(ap, const char *);
+			if (!s)
+				s = "(null)";
+			int len = (int)strlen(s);
+			for (; !left && width > len; width--)
+				put(&o, ' ');
+			while (*s)
+				put(&o, *s++);
+			for (; left && width > len; width--)
+				put(&o, ' ');
+			break;
+		}
+		case 'c':
+			put(&o, (char)va_arg(ap, int));
+			break;
+		case 'p':
+			put(&o, '0');
+			put(&o, 'x');
+			put_num(&o, (uintptr_t)va_arg(ap, void *), 16, false, 0, ' ', false);
+			break;
+		case 'd':
+		case 'i': {
+			long long v = lng == 0 ? va_arg(ap, int)
+				      : lng == 1 ? va_arg(ap, long)
+				      : lng == 2 ? va_arg(ap, long long)
+						 : (long long)va_arg(ap, size_t);
+			put_num(&o, v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v, 10, v < 0, width, pad,
+				left);
+			break;
+		}
+		case 'u':
+		case 'x': {
+			unsigned long long v = lng == 0 ? va_arg(ap, unsigned)
+					       : lng == 1 ? va_arg(ap, unsigned long)
+					       : lng == 2 ? va_arg(ap, unsigned long long)
+							  : va_arg(ap, size_t);
+			if (*f == 'x' && alt) {
+				put(&o, '0');
+				put(&o, 'x');
+			}
+			put_num(&o, v, *f == 'x' ? 16 : 10, false, width, pad, left);
+			break;
+		}
+		case '%':
+			put(&o, '%');
+			break;
+		case 0:
+			f--; /* a lone '%' at the end */
+			break;
+		default: /* unknown conversion: print it as it is */
+			put(&o, '%');
+			put(&o, *f);
+			break;
+		}
+	}
+	o.b[o.n] = 0;
+	return o.n;
+}
+
+size_t sheaf_fmt(char *buf, size_t cap, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	size_t n = sheaf_vfmt(buf, cap, fmt, ap);
+	va_end(ap);
+	return n;
+}
+
+/* ---- Reports -------------------------------------------------------------------------- */
+
+static size_t head_v(char *buf, size_t cap, enum sheaf_error_kind k, const char *cache, const void *addr,
+		     const char *fmt, va_list ap)
+{
+	size_t n = sheaf_fmt(buf, cap, "sheaf: %s: cache '%s' address %p", sheaf_error_kind_name(k),
+			     cache ? cache : "?", addr);
+	if (fmt && *fmt && n + 2 < cap) {
+		buf[n++] = ':';
+		buf[n++] = ' ';
+		n += sheaf_vfmt(buf + n, cap - n, fmt, ap);
+	}
+	return n;
+}
+
+size_t sheaf_error_head(char *buf, size_t cap, enum sheaf_error_kind k, const char *cache, const void *addr,
+			const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	size_t n = head_v(buf, cap, k, cache, addr, fmt, ap);
+	va_end(ap);
+	return n;
+}
+
+void sheaf_error_emit(const char *buf, size_t n)
+{
+	atomic_fetch_add_explicit(&error_count, 1, memory_order_relaxed);
+	size_t off = 0;
+	while (off < n) {
+		ssize_t w = write(2, buf + off, n - off);
+		if (w <= 0)
+			break; /* stderr closed: the abort below still stops the program */
+		off += (size_t)w;
+	}
+	if (!sheaf_error_warn())
+		abort();
+}
+
+void sheaf_error(enum sheaf_error_kind k, const char *cache, const void *addr, const char *fmt, ...)
+{
+	static const char warn_tail[] = " (leaked, continuing: SHEAF_ON_ERROR=warn)";
+	char buf[512];
+	va_list ap;
+	va_start(ap, fmt);
+	size_t n = head_v(buf, sizeof(buf) - sizeof(warn_tail) - 1, k, cache, addr, fmt, ap);
+	va_end(ap);
+	if (sheaf_error_warn()) {
+		memcpy(buf + n, warn_tail, sizeof(warn_tail) - 1);
+		n += sizeof(warn_tail) - 1;
+	}
+	buf[n++] = '\n';
+	sheaf_error_emit(buf, n);
+}

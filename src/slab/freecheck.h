@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * freecheck.h - the checks every free makes before a pointer can reach a sheaf
+ * (README "Errors", docs/debugging.md "Checks on every free").  Slab layer: the slab's
+ * geometry answers "is this the start of an object", the free mark "is it already
+ * free" (design §10).
+ *
+ * Object start, without a division: slabs are aligned to their size, so a pointer's
+ * offset in its slab is `p & slab_mask`; the slot index is that offset times
+ * ceil(2^32 / slot_size), shifted down by 32 (the kernel's obj_to_index with
+ * reciprocal_value(), docs/kernel.md), exact for every offset below 2^20 and slot
+ * sizes up to 1 MiB; the pointer is an object start iff index * slot_size == offset.
+ * Debug caches (obj_offset != 0) never take these paths: they check on their slab path.
+ *
+ * Free mark (glibc's tcache key): a free writes one per-process random word,
+ * sheaf_free_key (getrandom at start-up), into the freed object at mark_offset, and
+ * an allocation clears it.  A free that finds the key there may be a double free; it
+ * is confirmed by a search of everywhere a free object can be (sheaf_free_confirm)
+ * before anything is reported, so a live object that happens to hold the key is
+ * never reported.  Plain caches keep the mark in the object's second word (every
+ * slot is at least 16 bytes); caches whose free objects must keep their bytes (a
+ * constructor, SHEAF_TYPESAFE_BY_RCU) keep it in a word past the object.
+ */
+#ifndef SHEAF_SLAB_FREECHECK_H
+#define SHEAF_SLAB_FREECHECK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "types.h"
+
+/* sheaf_cache.free_mark: no mark; the mark in the second word (mark_offset 8: every
+ * plain cache, which lets the fast paths use a constant offset); elsewhere. */
+#define SHEAF_MARK_NONE  0
+#define SHEAF_MARK_WORD1 1
+#define SHEAF_MARK_AT    2
+
+/* The per-process key (never 0); set once at initialisation. */
+extern uint64_t sheaf_free_key;
+
+/* @p (known to lie in a slab of @c) is exactly the start of one of its objects. */
+static inline bool sheaf_obj_is_start(const struct sheaf_cache *c, const void *p)
+{
+	uintptr_t off = (uintptr_t)p & c->slab_mask;
+	uint64_t idx = ((uint64_t)off * c->slot_recip) >> 32;
+	return idx * c->slot_size == off;
+}
+
+static inline uint64_t *sheaf_mark_word(const struct sheaf_cache *c, const void *p)
+{
+	return (uint64_t *)((uintptr_t)p + c->mark_offset);
+}
+
+/* The fast paths' form: the constant offset for the usual case. */
+static inline uint64_t *sheaf_mark_word_fast(const struct sheaf_cache *c, const void *p)
+{
+	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1))
+		return (uint64_t *)((uintptr_t)p + 8);
+	return sheaf_mark_word(c, p);
+}
+
+/* An allocation: the object is no longer free. */
+static inline void sheaf_mark_clear(const struct sheaf_cache *c, void *p)
+{
+	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1))
+		*(uint64_t *)((uintptr_t)p + 8) = 0;
+	else if (c->free_mark)
+		*sheaf_mark_word(c, p) = 0;
+}
+
+#endif /* SHEAF_SLAB_FREECHECK_H */
