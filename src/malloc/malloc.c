@@ -796,6 +796,12 @@ static bool class_ptr_ok(struct sheaf_cache *c, const void *p, const char *fn)
 		CTR_INC(errors);
 		return sheaf_free_mark_check(c, p);
 	}
+	/* ASan builds track freed objects themselves instead of the mark (base/track.h). */
+	if (SHEAF_TRACK_ASAN && sheaf_track_cache(c) && sheaf_track_asan_ok(c) &&
+	    unlikely(sheaf_track_is_poisoned(p))) {
+		report(SHEAF_ERR_DOUBLE_FREE, fn, "the block is already free", p, c->name, (size_t)-1);
+		return false;
+	}
 	return true;
 }
 

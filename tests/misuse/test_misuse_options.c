@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_misuse_options.c - every SHEAF_* option is parsed strictly: garbage, overflow
+ * and out-of-range values are refused with one line naming the option, the value and
+ * what is accepted, and the default (or earlier source) is kept.  Each case runs in a
+ * child that sets the variable before Sheaf starts (options are read once).
+ */
+#include "harness.h"
+#include "internal.h"
+
+#include <sheaf.h>
+
+struct opt_case {
+	const char *var, *value;
+	enum sheaf_option_id id;
+	long want;      /* effective value afterwards (OPT_LONG/BOOL) */
+	const char *want_str; /* or string value */
+	const char *msg; /* expected in the one line; NULL: no line at all */
+};
+
+static const struct opt_case cases[] = {
+	{ "SHEAF_SHEAF_CAPACITY", "4294967297", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL,
+	  "SHEAF_SHEAF_CAPACITY='4294967297' ignored: accepted an integer in 0..4096 (keeping 0)" },
+	{ "SHEAF_SHEAF_CAPACITY", "1073741824", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL, "in 0..4096" },
+	{ "SHEAF_SHEAF_CAPACITY", "99999999999999999999999", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL, "in 0..4096" },
+	{ "SHEAF_SHEAF_CAPACITY", "12abc", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL, "'12abc' ignored" },
+	{ "SHEAF_SHEAF_CAPACITY", "-1", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL, "'-1' ignored" },
+	{ "SHEAF_SHEAF_CAPACITY", " 5", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL, "' 5' ignored" },
+	{ "SHEAF_SHEAF_CAPACITY", "", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL, "SHEAF_SHEAF_CAPACITY='' ignored" },
+	{ "SHEAF_SHEAF_CAPACITY", "0x20", SHEAF_OPT_SHEAF_CAPACITY, 32, NULL, NULL },
+	{ "SHEAF_SHEAF_CAPACITY", "4096", SHEAF_OPT_SHEAF_CAPACITY, 4096, NULL, NULL },
+	{ "SHEAF_HEAP_GB", "18446744073709551617", SHEAF_OPT_HEAP_GB, 64, NULL,
+	  "SHEAF_HEAP_GB='18446744073709551617' ignored: accepted an integer in 0..4096 (keeping 64)" },
+	{ "SHEAF_PURGE_ORDER", "99", SHEAF_OPT_PURGE_ORDER, 4, NULL, "in 0..9" },
+	{ "SHEAF_REAP_MS", "abc", SHEAF_OPT_REAP_MS, -1, NULL, "SHEAF_REAP_MS='abc' ignored" },
+	{ "SHEAF_BARN_MAX_FULL", "4294967296", SHEAF_OPT_BARN_MAX_FULL, 0, NULL, "in 0..65536" },
+	{ "SHEAF_STATS", "maybe", SHEAF_OPT_STATS, 0, NULL, "accepted 0, 1 or json" },
+	{ "SHEAF_FREE_CHECKS", "2", SHEAF_OPT_FREE_CHECKS, 1, NULL, "SHEAF_FREE_CHECKS='2' ignored: accepted 0 or 1" },
+	{ "SHEAF_ON_ERROR", "wran", SHEAF_OPT_ON_ERROR, 0, "abort", "accepted one of abort|warn (keeping abort)" },
+	{ "SHEAF_ON_ERROR", "WARN", SHEAF_OPT_ON_ERROR, 0, "warn", NULL },
+	{ "SHEAF_PERCPU", "fast", SHEAF_OPT_PERCPU, 0, "auto", "one of auto|rseq|thread" },
+	{ "SHEAF_OPTIONS", "SHEAF_CAPACITY=70000", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL,
+	  "SHEAF_OPTIONS: SHEAF_SHEAF_CAPACITY='70000' ignored" },
+};
+
+static void child(void *arg)
+{
+	const struct opt_case *k = arg;
+	setenv(k->var, k->value, 1);
+	struct sheaf_cache *c = sheaf_cache_create("opts", 64, NULL);
+	if (!c)
+		_exit(2);
+	if (k->want_str) {
+		if (strcmp(sheaf_option_str(k->id), k->want_str))
+			_exit(3);
+	} else if (k->want >= 0 && sheaf_option_long(k->id) != k->want) {
+		_exit(4);
+	}
+	_exit(0);
+}
+
+static void test_strict_options(void)
+{
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct opt_case *k = &cases[i];
+		struct th_child r;
+		th_run_child(child, (void *)k, &r);
+		CHECKF(r.exited && r.status == 0, "%s=%s: exit %d (3/4: value not kept): %s", k->var, k->value,
+		       r.status, r.err);
+		if (k->msg) {
+			CHECKF(strstr(r.err, k->msg) != NULL, "%s=%s: expected '%s' in: %s", k->var, k->value, k->msg,
+			       r.err);
+			char *nl = strchr(r.err, '\n');
+			CHECKF(nl && nl[1] == 0, "%s=%s: not one line: %s", k->var, k->value, r.err);
+		} else {
+			CHECKF(r.err[0] == 0, "%s=%s: unexpected output: %s", k->var, k->value, r.err);
+		}
+	}
+}
+
+int main(void)
+{
+	RUN(test_strict_options);
+	return th_done();
+}
