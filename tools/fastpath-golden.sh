@@ -23,7 +23,7 @@
 # mark safe to read), the pointer must be an object start (mask, reciprocal multiply,
 # multiply back, compare: 8 instructions), and the free mark must not hold the key
 # (load, compare, store: 5); the allocation clears the mark (test, store: 3) and
-# tests for a NULL cache (2).  That took free from 20 to 42 and alloc from 12 to 18;
+# tests for a NULL cache (2).  That took free from 20 to 43 and alloc from 12 to 18;
 # SHEAF_FREE_CHECKS=0 runs the same code without the mark and the object-start test
 # (bench contender sheaf-nochecks, docs/benchmarks.md).
 #

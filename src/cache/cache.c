@@ -855,7 +855,7 @@ SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj)
 	 * node, not the sentinel".  The mark is written before the push commits and put
 	 * back if the sequence fails. */
 	uintptr_t off = (uintptr_t)obj - (uintptr_t)sheaf_heap.base;
-	if (sheaf_unlikely(off >= sheaf_rseq_free_limit))
+	if (sheaf_unlikely(off >= __atomic_load_n(&sheaf_page_fast_limit, __ATOMIC_RELAXED)))
 		goto slow;
 	uintptr_t key = __atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED);
 	if (sheaf_unlikely(!key || ((struct sheaf_node *)key)->cache != c))

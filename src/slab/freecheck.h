@@ -3,7 +3,7 @@
  * freecheck.h - the checks every free makes before a pointer can reach a sheaf
  * (README "Errors", docs/debugging.md "Checks on every free").  Slab layer: the slab's
  * geometry answers "is this the start of an object", the free mark "is it already
- * free" (design §10).
+ * free".
  *
  * Object start, without a division: slabs are aligned to their size, so a pointer's
  * offset in its slab is `p & slab_mask`; the slot index is that offset times
