@@ -13,8 +13,9 @@
  *  2. Extents (> 32 KiB, or alignment > 4 KiB): page-aligned anonymous
  *     mappings recorded in a sharded hash table keyed by address (no header,
  *     so a foreign pointer is never dereferenced).  Freed extents wait in a
- *     cache (64 MiB, in size bins) for reuse and are unmapped once they
- *     have been idle for 1 s, checked on later large operations: prompt
+ *     cache (64-256 MiB, in size bins; best fit, split and merged, grown
+ *     with mremap) for reuse and are unmapped once they have been idle for
+ *     1 s, checked by the reaper and on later large operations: prompt
  *     unmapping of large blocks is what made jemalloc and mimalloc slow on a
  *     large-allocation benchmark, keeping them forever is what users of
  *     allocators complain about most.
@@ -77,7 +78,8 @@ int *sheaf_malloc_errno_slow(void)
 static __thread unsigned int tls_creating;
 
 static struct {
-	_Atomic uint64_t extent_maps, extent_reuses, extent_unmaps, extent_remaps;
+	_Atomic uint64_t extent_maps, extent_reuses, extent_grows, extent_merges, extent_unmaps,
+		extent_remaps;
 	_Atomic uint64_t boot_allocs, foreign_frees, errors;
 } ctr;
 
@@ -87,6 +89,8 @@ void sheaf_malloc_counters_get(struct sheaf_malloc_counters *out)
 {
 	out->extent_maps = atomic_load_explicit(&ctr.extent_maps, memory_order_relaxed);
 	out->extent_reuses = atomic_load_explicit(&ctr.extent_reuses, memory_order_relaxed);
+	out->extent_grows = atomic_load_explicit(&ctr.extent_grows, memory_order_relaxed);
+	out->extent_merges = atomic_load_explicit(&ctr.extent_merges, memory_order_relaxed);
 	out->extent_unmaps = atomic_load_explicit(&ctr.extent_unmaps, memory_order_relaxed);
 	out->extent_remaps = atomic_load_explicit(&ctr.extent_remaps, memory_order_relaxed);
 	out->boot_allocs = atomic_load_explicit(&ctr.boot_allocs, memory_order_relaxed);
@@ -303,6 +307,11 @@ static bool ext_grow_locked(struct ext_shard *s)
 	return true;
 }
 
+/* Bytes of live extents (registered, not cached): the extent cache's bound
+ * grows with them (xc_bound). */
+static _Atomic size_t ext_live_bytes;
+
+static size_t xc_bound(void);
 static bool ext_insert(void *p, size_t len)
 {
 	uintptr_t a = (uintptr_t)p;
@@ -332,6 +341,7 @@ static bool ext_insert(void *p, size_t len)
 		e->addr = a;
 		e->len = len;
 		s->live++;
+		atomic_fetch_add_explicit(&ext_live_bytes, len, memory_order_relaxed);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return ok;
@@ -351,6 +361,7 @@ static size_t ext_lookup(const void *p, bool remove)
 		if (e->addr == a) {
 			len = e->len;
 			if (remove) {
+				atomic_fetch_sub_explicit(&ext_live_bytes, len, memory_order_relaxed);
 				e->addr = EXT_DEAD;
 				s->live--;
 				s->dead++;
@@ -413,12 +424,22 @@ struct xc_node {
 	uint64_t freed_ns;
 };
 
+/* An entry of the cache's address table: a cached extent under its start
+ * address, and under its end address with the low bit set, so that a freed
+ * extent finds the cached neighbours it can be merged with in O(1). */
+struct xc_key {
+	uintptr_t key; /* 0: empty */
+	struct xc_node *node;
+};
+
 /* Protected by lock.  Circular lists with the heads as sentinels. */
 static struct {
 	pthread_mutex_t lock;
 	size_t count, bytes;
 	struct xc_node lru;
 	struct xc_node bin[XC_BINS];
+	struct xc_key *tab; /* linear probing, in its own mapping; cap a power of two */
+	size_t cap, used;
 } xc = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static uint64_t now_ns(void)
@@ -439,6 +460,77 @@ static void xc_init_locked(void)
 		xc.bin[i].bin_next = xc.bin[i].bin_prev = &xc.bin[i];
 }
 
+static size_t xc_home(uintptr_t key)
+{
+	return (size_t)((key * 0x9e3779b97f4a7c15ull) >> 32) & (xc.cap - 1);
+}
+
+static struct xc_key *xc_tab_find_locked(uintptr_t key)
+{
+	if (!xc.cap)
+		return NULL;
+	for (size_t i = xc_home(key);; i = (i + 1) & (xc.cap - 1)) {
+		if (xc.tab[i].key == key)
+			return &xc.tab[i];
+		if (xc.tab[i].key == 0)
+			return NULL;
+	}
+}
+
+static void xc_tab_put_locked(uintptr_t key, struct xc_node *x)
+{
+	size_t i = xc_home(key);
+	while (xc.tab[i].key != 0)
+		i = (i + 1) & (xc.cap - 1);
+	xc.tab[i].key = key;
+	xc.tab[i].node = x;
+	xc.used++;
+}
+
+/* Room for two more keys at most half full; false when no memory is left
+ * for a larger table (the extent is then not cached). */
+static bool xc_tab_reserve_locked(void)
+{
+	if ((xc.used + 2) * 2 <= xc.cap)
+		return true;
+	size_t cap = xc.cap ? xc.cap : 256;
+	while ((xc.used + 2) * 2 > cap)
+		cap *= 2;
+	struct xc_key *t = sheaf_os_map(cap * sizeof(*t));
+	if (!t)
+		return false;
+	struct xc_key *old = xc.tab;
+	size_t oldcap = xc.cap;
+	xc.tab = t;
+	xc.cap = cap;
+	xc.used = 0;
+	for (size_t i = 0; i < oldcap; i++)
+		if (old[i].key)
+			xc_tab_put_locked(old[i].key, old[i].node);
+	if (old)
+		(void)sheaf_os_unmap(old, oldcap * sizeof(*old)); /* reported if it fails */
+	return true;
+}
+
+/* Remove @key (present): backward-shift deletion keeps every probe sequence
+ * unbroken without tombstones. */
+static void xc_tab_del_locked(uintptr_t key)
+{
+	size_t mask = xc.cap - 1, i = (size_t)(xc_tab_find_locked(key) - xc.tab);
+	for (size_t j = (i + 1) & mask; xc.tab[j].key != 0; j = (j + 1) & mask) {
+		size_t h = xc_home(xc.tab[j].key);
+		/* Entry j may move to the hole at i unless its home lies
+		 * cyclically in (i, j]. */
+		bool stays = i <= j ? (h > i && h <= j) : (h > i || h <= j);
+		if (!stays) {
+			xc.tab[i] = xc.tab[j];
+			i = j;
+		}
+	}
+	xc.tab[i].key = 0;
+	xc.used--;
+}
+
 static void xc_unlink_locked(struct xc_node *x)
 {
 	x->bin_prev->bin_next = x->bin_next;
@@ -447,6 +539,20 @@ static void xc_unlink_locked(struct xc_node *x)
 	x->lru_next->lru_prev = x->lru_prev;
 	xc.count--;
 	xc.bytes -= x->len;
+	xc_tab_del_locked((uintptr_t)x);
+	xc_tab_del_locked(((uintptr_t)x + x->len) | 1u);
+}
+
+/* The cache's bound in bytes: SHEAF_MALLOC_EXTENT_CACHE_BYTES, or as much as
+ * the live extents take (up to SHEAF_MALLOC_EXTENT_CACHE_MAX): a working set
+ * of large blocks replaced one at a time needs a cache of about the blocks
+ * in flight, and splitting and merging need room beyond that. */
+static size_t xc_bound(void)
+{
+	size_t live = atomic_load_explicit(&ext_live_bytes, memory_order_relaxed);
+	if (live < SHEAF_MALLOC_EXTENT_CACHE_BYTES)
+		return SHEAF_MALLOC_EXTENT_CACHE_BYTES;
+	return live < SHEAF_MALLOC_EXTENT_CACHE_MAX ? live : SHEAF_MALLOC_EXTENT_CACHE_MAX;
 }
 
 /* Take out the oldest entries while they have been idle for the delay, or
@@ -458,7 +564,7 @@ static struct xc_node *xc_evict_locked(uint64_t now, size_t add, bool all)
 	while (xc.count) {
 		struct xc_node *old = xc.lru.lru_prev;
 		if (!all && now - old->freed_ns < SHEAF_MALLOC_EXTENT_DELAY_NS &&
-		    xc.bytes + add <= SHEAF_MALLOC_EXTENT_CACHE_BYTES)
+		    xc.bytes + add <= xc_bound())
 			break;
 		xc_unlink_locked(old);
 		old->bin_next = victims;
@@ -478,61 +584,179 @@ static void xc_unmap(struct xc_node *v)
 	}
 }
 
-/* A cached extent for a request of @len = extent_len(n) bytes aligned to
- * @align: the most recently freed one of the same size, else of the next
- * sizes up to twice @len (never more, so reuse at most doubles a request's
- * footprint).  Its length is returned in *@got. */
-static void *xc_take(size_t len, size_t align, size_t *got)
+static bool address_space_limited(void)
 {
-	if (len > SHEAF_MALLOC_EXTENT_CACHE_ONE)
+	struct rlimit r;
+	return getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY;
+}
+
+/* Bin of any cached length (a whole number of pages up to the cached
+ * maximum): that of the largest extent_len() class not above it, so every
+ * extent in bin xc_bin(len) or above holds a request of extent_len() = len.
+ * Split remainders and extents shrunk by realloc have such lengths. */
+static unsigned int xc_bin_floor(size_t len)
+{
+	if (len <= 4 * PAGE)
+		return (unsigned int)(len / PAGE) - 1;
+	unsigned int k = 63u - (unsigned int)__builtin_clzll((unsigned long long)len);
+	size_t cls = ((size_t)1 << k) + (((len >> (k - 2)) & 3u) << (k - 2));
+	return xc_bin(cls);
+}
+
+/* Smallest remainder worth keeping when a cached extent is split: below
+ * it the whole extent is handed out (a few pages more address space). */
+#define XC_SPLIT_MIN (64u << 10)
+/* When nothing cached is large enough for a request, a smaller extent from
+ * one of the XC_GROW_BINS bins below the request's (two doublings: at
+ * least a quarter of it) is grown with mremap: its resident pages move
+ * without copying and only the difference is faulted in. */
+#define XC_GROW_BINS 8u
+
+static void xc_link_bin_locked(struct xc_node *x)
+{
+	struct xc_node *bin = &xc.bin[xc_bin_floor(x->len)];
+	x->bin_next = bin->bin_next;
+	x->bin_prev = bin;
+	bin->bin_next->bin_prev = x;
+	bin->bin_next = x;
+}
+
+/* The first extent of bin @i (most recently freed first) of at least @min
+ * bytes aligned to @align, or NULL; a few entries are looked at, not the
+ * whole bin. */
+static struct xc_node *xc_bin_first_locked(unsigned int i, size_t min, size_t align)
+{
+	unsigned int seen = 0;
+	for (struct xc_node *x = xc.bin[i].bin_next; x != &xc.bin[i] && seen < 8;
+	     x = x->bin_next, seen++)
+		if (x->len >= min && ((uintptr_t)x & (align - 1)) == 0)
+			return x;
+	return NULL;
+}
+
+/* A cached extent for a request of @need (whole pages) bytes aligned to
+ * @align: best fit by bins (the smallest bin that holds one, the most
+ * recently freed extent in it, so its pages are the likeliest to be
+ * resident), its tail split off and kept when at least XC_SPLIT_MIN.  The
+ * split is at @need, not at the request's extent_len(): pages of the
+ * rounding would be resident garbage in a reused extent.  Its length is
+ * returned in *@got.  When no cached extent is large enough, *@grow is set
+ * and the largest one of at least about a quarter of @need is returned
+ * instead (its length in *@got), for the caller to grow with mremap; NULL
+ * if there is none either. */
+static void *xc_take(size_t need, size_t align, size_t *got, bool *grow)
+{
+	*grow = false;
+	if (need > SHEAF_MALLOC_EXTENT_CACHE_ONE)
 		return NULL;
 	struct xc_node *found = NULL;
-	unsigned int b = xc_bin(len);
+	unsigned int b = xc_bin_floor(need);
 	pthread_mutex_lock(&xc.lock);
 	xc_init_locked();
 	struct xc_node *victims = xc_evict_locked(now_ns(), 0, false);
-	for (unsigned int i = b; i < XC_BINS && i <= b + 4 && !found; i++) {
-		struct xc_node *x = xc.bin[i].bin_next;
-		if (x != &xc.bin[i] && x->len <= 2 * len && ((uintptr_t)x & (align - 1)) == 0)
-			found = x;
-	}
+	for (unsigned int i = b; i < XC_BINS && !found && xc.count; i++)
+		found = xc_bin_first_locked(i, need, align);
 	if (found) {
 		xc_unlink_locked(found);
 		*got = found->len;
+		/* Unlinking freed two keys: the remainder's two always fit. */
+		if (found->len - need >= XC_SPLIT_MIN) {
+			/* The remainder keeps the extent's age and place in the LRU
+			 * (found's links are still intact: unlinking only
+			 * repointed its neighbours). */
+			struct xc_node *r = (struct xc_node *)((char *)found + need);
+			r->len = found->len - need;
+			r->freed_ns = found->freed_ns;
+			r->lru_next = found->lru_next;
+			r->lru_prev = found->lru_prev;
+			r->lru_next->lru_prev = r;
+			r->lru_prev->lru_next = r;
+			xc_link_bin_locked(r);
+			xc.count++;
+			xc.bytes += r->len;
+			xc_tab_put_locked((uintptr_t)r, r);
+			xc_tab_put_locked(((uintptr_t)r + r->len) | 1u, r);
+			*got = need;
+		}
+	} else if (align <= PAGE && xc.count) {
+		/* mremap gives page alignment only. */
+		for (unsigned int i = b + 1; i-- > 0 && i + XC_GROW_BINS >= b && !found;)
+			found = xc_bin_first_locked(i, PAGE, PAGE);
+		if (found) {
+			xc_unlink_locked(found);
+			*got = found->len;
+			*grow = true;
+		}
 	}
 	pthread_mutex_unlock(&xc.lock);
 	xc_unmap(victims);
 	return found;
 }
 
-/* Keep a freed extent for reuse, giving back the oldest ones (or any idle for
- * the delay) to stay within the byte bound. */
+/* Keep a freed extent for reuse, merged with the cached extents right
+ * before and after it (a split extent becomes whole again when its head
+ * comes back), giving back the oldest ones (or any idle for the delay) to
+ * stay within the byte bound. */
 static void xc_put(void *p, size_t len)
 {
-	if (len > SHEAF_MALLOC_EXTENT_CACHE_ONE || extent_len(len) != len) {
+	/* Where address space is limited (RLIMIT_AS), a cached extent would
+	 * hold address space the program may need: it goes back at once. */
+	if (len > SHEAF_MALLOC_EXTENT_CACHE_ONE || address_space_limited()) {
 		(void)sheaf_os_unmap(p, len);
 		CTR_INC(extent_unmaps);
 		return;
 	}
 	struct xc_node *x = p;
-	x->len = len;
-	x->freed_ns = now_ns();
+	uint64_t now = now_ns();
 	pthread_mutex_lock(&xc.lock);
 	xc_init_locked();
-	struct xc_node *victims = xc_evict_locked(x->freed_ns, len, false);
-	struct xc_node *bin = &xc.bin[xc_bin(len)];
-	x->bin_next = bin->bin_next;
-	x->bin_prev = bin;
-	bin->bin_next->bin_prev = x;
-	bin->bin_next = x;
+	if (!xc_tab_reserve_locked()) {
+		pthread_mutex_unlock(&xc.lock);
+		(void)sheaf_os_unmap(p, len);
+		CTR_INC(extent_unmaps);
+		return;
+	}
+	/* Merge while the result stays cacheable.  Neighbours may lie in other
+	 * mappings (the kernel places mappings next to each other): munmap
+	 * works across them, and mremap, which does not, falls back (see
+	 * large_alloc and extent_resize). */
+	struct xc_key *k = xc_tab_find_locked(((uintptr_t)x + len));
+	if (k && len + k->node->len <= SHEAF_MALLOC_EXTENT_CACHE_ONE) {
+		struct xc_node *next = k->node;
+		xc_unlink_locked(next);
+		len += next->len;
+		CTR_INC(extent_merges);
+	}
+	k = xc_tab_find_locked((uintptr_t)x | 1u);
+	if (k && len + k->node->len <= SHEAF_MALLOC_EXTENT_CACHE_ONE) {
+		struct xc_node *prev = k->node;
+		xc_unlink_locked(prev);
+		len += prev->len;
+		x = prev;
+		CTR_INC(extent_merges);
+	}
+	x->len = len;
+	x->freed_ns = now;
+	struct xc_node *victims = xc_evict_locked(now, len, false);
+	xc_link_bin_locked(x);
 	x->lru_next = xc.lru.lru_next;
 	x->lru_prev = &xc.lru;
 	xc.lru.lru_next->lru_prev = x;
 	xc.lru.lru_next = x;
 	xc.count++;
 	xc.bytes += len;
+	xc_tab_put_locked((uintptr_t)x, x);
+	xc_tab_put_locked(((uintptr_t)x + len) | 1u, x);
+	size_t cached = xc.bytes;
 	pthread_mutex_unlock(&xc.lock);
 	xc_unmap(victims);
+	/* A program of large blocks only may never grow Sheaf's heap to the
+	 * reaper's threshold: start it for the cached extents too, so that they
+	 * still go back after the delay when the program goes idle.  No lock
+	 * of ours is held here. */
+	if (sheaf_unlikely(cached >= SHEAF_REAP_MALLOC_START) &&
+	    !atomic_load_explicit(&sheaf_reaper_kicked, memory_order_relaxed) && !tls_creating)
+		sheaf_reaper_kick();
 }
 
 void sheaf_malloc_extent_cache_drain(void)
@@ -583,12 +807,6 @@ static void *map_aligned(size_t len, size_t align)
 	return p;
 }
 
-static bool address_space_limited(void)
-{
-	struct rlimit r;
-	return getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY;
-}
-
 static void *large_alloc(size_t n, size_t align, bool zero)
 {
 	if (unlikely(n > SIZE_LIMIT - PAGE)) {
@@ -596,16 +814,33 @@ static void *large_alloc(size_t n, size_t align, bool zero)
 		return NULL;
 	}
 	fork_handlers_ensure();
-	size_t len = extent_len(n), got = 0;
+	size_t len = extent_len(n), need = round_up(n, PAGE), got = 0;
 	if (align < PAGE)
 		align = PAGE;
-	void *p = xc_take(len, align, &got);
-	if (p) {
+	bool grow;
+	void *p = xc_take(need, align, &got, &grow);
+	if (p && grow) {
+		/* Grow a smaller cached extent: its resident pages move with it.
+		 * (Extents merged in the cache across mappings cannot be grown:
+		 * it is then put back, and a fresh mapping is made.) */
+		len = need;
+		void *q = sheaf_sys_mremap(p, got, len, MREMAP_MAYMOVE, NULL);
+		if (q == MAP_FAILED) {
+			xc_put(p, got);
+			p = NULL;
+		} else {
+			CTR_INC(extent_grows);
+			if (zero)
+				memset(q, 0, got < n ? got : n); /* the new part is zero */
+			p = q;
+		}
+	} else if (p) {
 		CTR_INC(extent_reuses);
 		if (zero)
 			memset(p, 0, n); /* fresh mappings are zero already */
 		len = got;
-	} else {
+	}
+	if (!p) {
 		/* The rounding to a size step costs address space, not memory: where
 		 * address space is limited (RLIMIT_AS, checked at each mapping because a
 		 * program may set it at any time) or runs out, do without it, as glibc
@@ -671,10 +906,13 @@ static void *extent_resize(void *p, size_t len, size_t n)
 		return NULL;
 	}
 	if (sheaf_sys_mremap(p, len, nlen, MREMAP_MAYMOVE | MREMAP_FIXED, q) == MAP_FAILED) {
-		ext_lookup(q, true);
-		(void)sheaf_os_unmap(q, nlen);
-		errno = ENOMEM;
-		return NULL;
+		/* An extent merged in the cache from neighbouring mappings may
+		 * span several of the kernel's mappings, which mremap cannot move
+		 * (EFAULT): copy it instead. */
+		memcpy(q, p, len);
+		ext_lookup(p, true);
+		xc_put(p, len);
+		return q;
 	}
 	ext_lookup(p, true);
 	CTR_INC(extent_remaps);

@@ -177,6 +177,9 @@ int sheaf_malloc_trim(void);
 struct sheaf_malloc_counters {
 	uint64_t extent_maps;     /* extents mapped from the OS */
 	uint64_t extent_reuses;   /* large requests served from the extent cache */
+	uint64_t extent_grows;    /* large requests served by growing a smaller cached
+				   * extent with mremap (its pages move, the rest is new) */
+	uint64_t extent_merges;   /* freed extents merged with a cached neighbour */
 	uint64_t extent_unmaps;   /* extents given back to the OS */
 	uint64_t extent_remaps;   /* realloc of an extent through mremap */
 	uint64_t boot_allocs;     /* re-entrant allocations served by the bootstrap arena */
@@ -192,7 +195,10 @@ void sheaf_malloc_extent_cache_drain(void);
 void sheaf_malloc_extent_cache_stat(size_t *count, size_t *bytes);
 
 #define SHEAF_MALLOC_EXTENT_DELAY_NS 1000000000ull /* cached extents age out after 1 s */
-#define SHEAF_MALLOC_EXTENT_CACHE_BYTES (64u << 20)  /* at most 64 MiB cached */
+/* The extent cache holds as many bytes as the live extents take, at least
+ * SHEAF_MALLOC_EXTENT_CACHE_BYTES and at most SHEAF_MALLOC_EXTENT_CACHE_MAX. */
+#define SHEAF_MALLOC_EXTENT_CACHE_BYTES (64u << 20)
+#define SHEAF_MALLOC_EXTENT_CACHE_MAX (256u << 20)
 #define SHEAF_MALLOC_EXTENT_CACHE_ONE (32u << 20)    /* larger extents are never cached */
 
 /* ---- src/malloc/preload/preload.c: memory of the system allocator ------------------- */
