@@ -90,7 +90,13 @@ struct sheaf_stats {
 	uint64_t nodes;
 	uint64_t percpu_slots;    /* CPUs (per-CPU mode) or live threads (per-thread mode) */
 	uint64_t barn_locks;      /* barn lock acquisitions over the cache's life */
-	uint64_t reserved[7];
+	/* Objects moved into and out of barns in full sheaves over the cache's life:
+	 * barn_objects / barn_locks is the objects a barn operation moves. */
+	uint64_t barn_objects;
+	/* Slow paths that found their CPU's lock held and yielded to its holder before
+	 * trying again (PCS_LOCK_FAIL counts those that then took the slab path). */
+	uint64_t pcs_lock_waits;
+	uint64_t reserved[5];
 };
 
 /* Fill *st with @c's statistics.  st->size must be set by the caller to

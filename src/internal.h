@@ -218,7 +218,8 @@ void sheaf_barn_take_all(struct sheaf_barn *b, struct sheaf_list *full, struct s
 void sheaf_barn_trim(struct sheaf_barn *b, struct sheaf_list *full, struct sheaf_list *empty);
 bool sheaf_barn_is_valid(struct sheaf_barn *b, const struct sheaf_cache *c);
 bool sheaf_barn_holds(struct sheaf_barn *b, const void *obj);
-void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, uint64_t *objs, uint64_t *locks);
+void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, uint64_t *objs, uint64_t *locks,
+		       uint64_t *moved);
 
 /* reaper.c: the background thread that shrinks idle caches (SHEAF_REAP_MS). */
 void sheaf_reaper_kick(void);  /* start it if not started; call holding no Sheaf lock */

@@ -108,6 +108,8 @@ struct sheaf_barn {
 	uint32_t interval_low_empty;
 	uint32_t interval_ops;   /* barn operations in the current interval */
 	uint32_t nr_locks;       /* lock acquisitions ever (gauge barn_locks); under lock */
+	uint64_t nr_objects;     /* objects moved in or out in full sheaves ever (gauge
+				    barn_objects); protected by lock */
 	uint32_t trim_due;       /* an interval ended: the next slow path trims (racy read) */
 };
 
@@ -247,6 +249,9 @@ struct sheaf_cache {
 	uint64_t reap_sig;    /* the reaper's own: activity signature at its last visit */
 
 	_Atomic uint64_t stat_atomic[SHEAF_STAT_NR]; /* events outside any pcs */
+	/* Slow paths that found their CPU's lock held and yielded to its holder
+	 * (gauge pcs_lock_waits; percpu.c). */
+	_Atomic uint64_t pcs_lock_waits;
 	atomic_ulong bytes_returned;
 
 	/* Per-CPU mode: mainv[cpu + 2] is CPU cpu's main sheaf (design §6); mainv[0] and

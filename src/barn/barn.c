@@ -147,6 +147,7 @@ struct sheaf_sheaf *sheaf_barn_get_full(struct sheaf_barn *b, uint32_t min_size)
 	if (b->full && b->full->size >= min_size) {
 		s = stk_pop(&b->full);
 		sheaf_wr(b->nr_full, b->nr_full - 1);
+		sheaf_wr(b->nr_objects, b->nr_objects + s->size);
 		note_op_locked(b);
 	}
 	pthread_mutex_unlock(&b->lock);
@@ -167,6 +168,7 @@ void sheaf_barn_put_full(struct sheaf_barn *b, struct sheaf_sheaf *s)
 	barn_lock(b);
 	stk_push(&b->full, s);
 	sheaf_wr(b->nr_full, b->nr_full + 1);
+	sheaf_wr(b->nr_objects, b->nr_objects + s->size);
 	note_op_locked(b);
 	pthread_mutex_unlock(&b->lock);
 }
@@ -180,6 +182,7 @@ struct sheaf_sheaf *sheaf_barn_replace_empty(struct sheaf_barn *b, struct sheaf_
 	full = stk_pop(&b->full);
 	if (full) {
 		sheaf_wr(b->nr_full, b->nr_full - 1);
+		sheaf_wr(b->nr_objects, b->nr_objects + full->size);
 		note_op_locked(b);
 		/* The empty limit is soft; excess empties are trimmed later (D6). */
 		stk_push(&b->empty, empty);
@@ -203,6 +206,7 @@ int sheaf_barn_replace_full(struct sheaf_barn *b, struct sheaf_sheaf *full, stru
 	}
 	stk_push(&b->full, full);
 	sheaf_wr(b->nr_full, b->nr_full + 1);
+	sheaf_wr(b->nr_objects, b->nr_objects + full->size);
 	note_op_locked(b);
 	*empty = stk_pop(&b->empty);
 	if (*empty)
@@ -277,9 +281,11 @@ bool sheaf_barn_holds(struct sheaf_barn *b, const void *obj)
 	return found;
 }
 
-void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, uint64_t *objs, uint64_t *locks)
+void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, uint64_t *objs, uint64_t *locks,
+		       uint64_t *moved)
 {
 	pthread_mutex_lock(&b->lock);
+	*moved += b->nr_objects;
 	for (struct sheaf_sheaf *s = b->full; s; s = stk_next(s))
 		*objs += s->size;
 	*full += b->nr_full;
@@ -299,6 +305,7 @@ unsigned sheaf_barn_swap_fulls(struct sheaf_barn *b, struct sheaf_sheaf **full, 
 	while (*put < nfull && b->nr_full < b->max_full) {
 		stk_push(&b->full, full[*put]);
 		sheaf_wr(b->nr_full, b->nr_full + 1);
+		sheaf_wr(b->nr_objects, b->nr_objects + full[*put]->size);
 		note_op_locked(b);
 		(*put)++;
 	}
@@ -318,8 +325,10 @@ unsigned sheaf_barn_swap_empties(struct sheaf_barn *b, struct sheaf_sheaf **empt
 	unsigned got = 0;
 	barn_lock(b);
 	while (got < want && b->full) {
-		full_out[got++] = stk_pop(&b->full);
+		full_out[got] = stk_pop(&b->full);
 		sheaf_wr(b->nr_full, b->nr_full - 1);
+		sheaf_wr(b->nr_objects, b->nr_objects + full_out[got]->size);
+		got++;
 	}
 	if (got) {
 		note_op_locked(b);

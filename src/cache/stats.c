@@ -60,7 +60,8 @@ SHEAF_API int sheaf_stats_get(struct sheaf_cache *c, struct sheaf_stats *st)
 	uint64_t barn_objs = 0;
 	for (int i = 0; i < sheaf_g.nnodes; i++) {
 		sheaf_slab_node_counts(c->node[i], &tmp.slabs, &tmp.partial_slabs, &tmp.objects_inuse);
-		sheaf_barn_counts(&c->node[i]->barn, &tmp.barn_full, &tmp.barn_empty, &barn_objs, &tmp.barn_locks);
+		sheaf_barn_counts(&c->node[i]->barn, &tmp.barn_full, &tmp.barn_empty, &barn_objs, &tmp.barn_locks,
+				  &tmp.barn_objects);
 	}
 	tmp.objects_in_barns = barn_objs;
 	tmp.objects_total = tmp.slabs * c->objs_per_slab;
@@ -70,6 +71,7 @@ SHEAF_API int sheaf_stats_get(struct sheaf_cache *c, struct sheaf_stats *st)
 	tmp.bytes_from_os = tmp.slabs * (SHEAF_PAGE_SIZE << c->order);
 	tmp.bytes_returned = atomic_load(&c->bytes_returned);
 	tmp.nodes = (uint64_t)sheaf_g.nnodes;
+	tmp.pcs_lock_waits = atomic_load_explicit(&c->pcs_lock_waits, memory_order_relaxed);
 	memcpy(st, &tmp, SHEAF_MIN((size_t)want, sizeof(tmp)));
 	st->size = SHEAF_MIN(want, (uint32_t)sizeof(tmp));
 	return 0;
@@ -98,7 +100,7 @@ SHEAF_API void sheaf_stats_reset(struct sheaf_cache *c)
 	X(object_size) X(slot_size) X(objs_per_slab) X(slab_order) X(sheaf_capacity) X(slabs) X(partial_slabs) \
 	X(objects_total) X(objects_inuse) X(objects_cached) X(objects_in_pcs) X(objects_in_barns) X(barn_full) \
 	X(barn_empty) X(rcu_inflight_sheaves) X(rcu_inflight_objects) X(bytes_from_os) X(bytes_returned)     \
-	X(nodes) X(percpu_slots) X(barn_locks)
+	X(nodes) X(percpu_slots) X(barn_locks) X(barn_objects) X(pcs_lock_waits)
 
 static void emit(struct sheaf_cache *c, FILE *f, bool json)
 {

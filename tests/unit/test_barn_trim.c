@@ -50,6 +50,13 @@ static void test_batch_not_trimmed(void)
 	       (unsigned long long)refill, N * ROUNDS, (unsigned long long)trim);
 	CHECK(trim == 0);
 	CHECK(refill * 100 < (uint64_t)N * ROUNDS); /* under 1 % through the slabs */
+	/* Every batch goes into the barn and back in full sheaves: the objects moved are
+	 * counted, at most two sheaves' worth per barn lock (the swaps of two). */
+	uint64_t moved = b.barn_objects - a.barn_objects, locks = b.barn_locks - a.barn_locks;
+	printf("# batch: %llu objects moved by %llu barn operations\n", (unsigned long long)moved,
+	       (unsigned long long)locks);
+	CHECK(moved >= (uint64_t)N * ROUNDS);
+	CHECK(locks > 0 && moved <= locks * 2 * b.sheaf_capacity);
 	free(v);
 	sheaf_cache_destroy(c);
 }

@@ -1,5 +1,7 @@
 /* Each layer alone: page heap lookups, slabs, barns, sheaves. */
 #include "harness.h"
+
+#include <sched.h>
 #include "internal.h"
 #include "base/track.h"
 
@@ -252,6 +254,43 @@ static void test_geometry(void)
 	}
 }
 
+/* A slow path that finds its CPU's lock held yields to the holder twice, counted in
+ * pcs_lock_waits, before it takes the slab path (PCS_LOCK_FAIL).  Here the holder is
+ * the thread itself, pinned to one CPU, so both happen every time. */
+static void test_pcs_lock_waits(void)
+{
+	if (strcmp(sheaf_percpu_mode(), "percpu-rseq") != 0) {
+		printf("# skipped: mode %s has no per-CPU lock\n", sheaf_percpu_mode());
+		return;
+	}
+	cpu_set_t old, one;
+	REQUIRE(sched_getaffinity(0, sizeof(old), &old) == 0);
+	CPU_ZERO(&one);
+	for (int k = 0; k < CPU_SETSIZE; k++)
+		if (CPU_ISSET(k, &old)) {
+			CPU_SET(k, &one);
+			break;
+		}
+	REQUIRE(sched_setaffinity(0, sizeof(one), &one) == 0);
+	struct sheaf_cache *c = mk("lockwait", 64, 4, 0);
+	void *warm = sheaf_cache_alloc(c); /* the CPU gets its sheaves */
+	REQUIRE(warm);
+	struct sheaf_stats a = { .size = sizeof(a) }, b = { .size = sizeof(b) };
+	REQUIRE(sheaf_stats_get(c, &a) == 0);
+	struct sheaf_pcs *pcs = sheaf_pcs_lock(c);
+	REQUIRE(pcs != NULL);
+	void *o = sheaf_cache_alloc(c); /* the fast path sees the lock: slow path, slab */
+	CHECK(o != NULL);
+	sheaf_pcs_unlock(c, pcs);
+	REQUIRE(sheaf_stats_get(c, &b) == 0);
+	CHECK(b.pcs_lock_waits - a.pcs_lock_waits == 2);
+	CHECK(b.events[SHEAF_STAT_PCS_LOCK_FAIL] - a.events[SHEAF_STAT_PCS_LOCK_FAIL] == 1);
+	sheaf_cache_free(c, o);
+	sheaf_cache_free(c, warm);
+	sheaf_cache_destroy(c);
+	sched_setaffinity(0, sizeof(old), &old);
+}
+
 int main(void)
 {
 	RUN(test_page_lookup);
@@ -260,5 +299,6 @@ int main(void)
 	RUN(test_barn_layer);
 	RUN(test_capacity);
 	RUN(test_geometry);
+	RUN(test_pcs_lock_waits);
 	return th_done();
 }
