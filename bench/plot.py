@@ -20,12 +20,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 ORDER = ["floor", "glibc", "jemalloc", "mimalloc", "tcmalloc", "dpdk-mempool",
-         "sheaf-malloc", "sheaf", "sheaf-k7", "sheaf-c512"]
+         "sheaf-malloc", "sheaf", "sheaf-k7", "sheaf-c512",
+         "sheaf-malloc-nochecks", "sheaf-nochecks"]
 COLORS = {
     "floor": "#bbbbbb", "glibc": "#8c564b", "jemalloc": "#9467bd",
     "mimalloc": "#1f77b4", "tcmalloc": "#17becf", "dpdk-mempool": "#7f7f7f",
     "sheaf-malloc": "#ff7f0e", "sheaf": "#d62728", "sheaf-k7": "#e377c2",
-    "sheaf-c512": "#bcbd22",
+    "sheaf-c512": "#bcbd22", "sheaf-malloc-nochecks": "#ffbb78",
+    "sheaf-nochecks": "#ff9896",
 }
 TITLES = {
     "fastpath": "Fast path, one thread",

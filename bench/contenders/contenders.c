@@ -16,8 +16,11 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "driver.h"
 #include "sheaf.h"
@@ -52,6 +55,11 @@ struct bench_alloc bench_allocs[] = {
 	/* Sheaf given DPDK's per-lcore cache size as its sheaf capacity, so the
 	 * mempool comparison can also be made at equal per-CPU caching. */
 	{ .name = "sheaf-c512", .kind = BK_SHEAF, .apis = BENCH_API_CACHE, .capacity = 512 },
+	/* The cost of the free checks (README "Errors"): the same library, a private
+	 * copy loaded with RTLD_LOCAL and SHEAF_FREE_CHECKS=0 set in it, measured in
+	 * the same run as `sheaf` and `sheaf-malloc` (init_sheaf_nochecks). */
+	{ .name = "sheaf-malloc-nochecks", .kind = BK_MALLOC, .apis = BENCH_API_NOCHECKS },
+	{ .name = "sheaf-nochecks", .kind = BK_SHEAF, .apis = BENCH_API_NOCHECKS },
 };
 int bench_nallocs = (int)(sizeof(bench_allocs) / sizeof(bench_allocs[0]));
 
@@ -107,6 +115,80 @@ static void load_peer(struct bench_alloc *a, const char *soname)
 		 soname);
 }
 
+/* A private copy of the libsheaf.so this driver is linked with: its own globals, so
+ * its option can differ from the linked library's.  Copied to a new file name
+ * because dlopen of the same path returns the library already loaded.  Two Sheaf
+ * instances share nothing but the thread's rseq area, which each sequence sets for
+ * itself. */
+static void *load_sheaf_copy(char *why, size_t len)
+{
+	Dl_info di;
+	if (!sheaf_cache_create || !dladdr((void *)sheaf_cache_create, &di) || !di.dli_fname) {
+		snprintf(why, len, "libsheaf.so not found (dladdr)");
+		return NULL;
+	}
+	char tmp[] = "/tmp/sheaf-bench-nochecks-XXXXXX";
+	int out = mkstemp(tmp), in = open(di.dli_fname, O_RDONLY | O_CLOEXEC);
+	bool ok = out >= 0 && in >= 0;
+	char buf[1 << 16];
+	ssize_t k;
+	while (ok && (k = read(in, buf, sizeof(buf))) > 0)
+		ok = write(out, buf, (size_t)k) == k;
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	/* RTLD_DEEPBIND: the copy's calls to its own public functions (sheaf_cache_alloc
+	 * from its metadata allocator, ...) must bind to the copy, not to the linked
+	 * library that comes first in the global scope. */
+	void *h = ok ? dlopen(tmp, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND) : NULL;
+	if (!h)
+		snprintf(why, len, "copy of %s: %s", di.dli_fname,
+			 ok ? dlerror() : strerror(errno));
+	if (out >= 0)
+		unlink(tmp);
+	return h;
+}
+
+static void init_sheaf_nochecks(void)
+{
+	struct bench_alloc *sm = find_mut("sheaf-malloc-nochecks"),
+			   *sc = find_mut("sheaf-nochecks");
+	char why[160] = "";
+	void *h = load_sheaf_copy(why, sizeof(why));
+	int (*set)(const char *, const char *) =
+		h ? (int (*)(const char *, const char *))dlsym(h, "sheaf_option_set") : NULL;
+	if (h && (!set || set("FREE_CHECKS", "0") != 0)) {
+		snprintf(why, sizeof(why),
+			 "the copy refused SHEAF_FREE_CHECKS=0 (too old, or already started)");
+		h = NULL;
+	}
+	if (!h) {
+		snprintf(sm->how, sizeof(sm->how), "%s", why);
+		snprintf(sc->how, sizeof(sc->how), "%s", why);
+		return;
+	}
+	sm->malloc_fn = (void *(*)(size_t))dlsym(h, "sheaf_malloc");
+	sm->free_fn = (void (*)(void *))dlsym(h, "sheaf_free");
+	sm->available = sm->malloc_fn && sm->free_fn;
+	snprintf(
+		sm->how, sizeof(sm->how), "%s",
+		sm->available ?
+			"sheaf_malloc/sheaf_free of a private copy of libsheaf.so, SHEAF_FREE_CHECKS=0" :
+			"the copy has no sheaf_malloc");
+	sc->c_create =
+		(struct sheaf_cache * (*)(const char *, size_t, const struct sheaf_cache_args *))
+			dlsym(h, "sheaf_cache_create");
+	sc->c_destroy = (void (*)(struct sheaf_cache *))dlsym(h, "sheaf_cache_destroy");
+	sc->c_alloc = (void *(*)(struct sheaf_cache *))dlsym(h, "sheaf_cache_alloc");
+	sc->c_free = (void (*)(struct sheaf_cache *, void *))dlsym(h, "sheaf_cache_free");
+	sc->available = sc->c_create && sc->c_destroy && sc->c_alloc && sc->c_free;
+	snprintf(sc->how, sizeof(sc->how), "%s",
+		 sc->available ?
+			 "sheaf_cache_* of a private copy of libsheaf.so, SHEAF_FREE_CHECKS=0" :
+			 "the copy lacks the object-cache API");
+}
+
 static void init_sheaf(void)
 {
 	struct bench_alloc *sm = find_mut("sheaf-malloc");
@@ -126,8 +208,12 @@ static void init_sheaf(void)
 						 .sheaf_capacity = a->capacity };
 		struct sheaf_cache *c;
 
-		if (a->kind != BK_SHEAF)
+		if (a->kind != BK_SHEAF || (a->apis & BENCH_API_NOCHECKS))
 			continue;
+		a->c_create = sheaf_cache_create;
+		a->c_destroy = sheaf_cache_destroy;
+		a->c_alloc = sheaf_cache_alloc;
+		a->c_free = sheaf_cache_free;
 		if (!sheaf_cache_create || !sheaf_cache_alloc || !sheaf_cache_free ||
 		    !sheaf_cache_destroy) {
 			snprintf(a->how, sizeof(a->how),
@@ -203,6 +289,14 @@ void bench_allocs_init(bool sanitized)
 		 sanitized ? " or sanitizer build" : "");
 #endif
 	init_sheaf();
+	if (sanitized) {
+		snprintf(find_mut("sheaf-nochecks")->how, sizeof(a->how),
+			 "skipped in sanitizer builds");
+		snprintf(find_mut("sheaf-malloc-nochecks")->how, sizeof(a->how),
+			 "skipped in sanitizer builds");
+	} else {
+		init_sheaf_nochecks();
+	}
 }
 
 int bench_pool_open(struct bench_pool *p, const struct bench_alloc *a, size_t size, size_t max_live,
@@ -223,13 +317,13 @@ int bench_pool_open(struct bench_pool *p, const struct bench_alloc *a, size_t si
 		char name[48];
 
 		snprintf(name, sizeof(name), "bench-%s-%zu", a->name, size);
-		p->cache = sheaf_cache_create(name, size, &args);
+		p->cache = a->c_create(name, size, &args);
 		if (!p->cache) {
 			snprintf(why, whylen, "sheaf_cache_create: %s", strerror(errno));
 			return -1;
 		}
-		p->c_alloc = sheaf_cache_alloc;
-		p->c_free = sheaf_cache_free;
+		p->c_alloc = a->c_alloc;
+		p->c_free = a->c_free;
 		return 0;
 	}
 	case BK_DPDK:
@@ -283,7 +377,7 @@ void bench_pool_close(struct bench_pool *p)
 	switch (p->kind) {
 	case BK_SHEAF:
 		if (p->cache)
-			sheaf_cache_destroy(p->cache);
+			p->a->c_destroy(p->cache);
 		break;
 	case BK_DPDK:
 #ifdef SHEAF_BENCH_DPDK

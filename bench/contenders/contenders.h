@@ -19,6 +19,7 @@
 #include <stdio.h>
 
 struct sheaf_cache;
+struct sheaf_cache_args;
 
 /* ---- allocators ------------------------------------------------------------ */
 
@@ -31,6 +32,9 @@ enum bench_kind {
 
 #define BENCH_API_MALLOC 1u
 #define BENCH_API_CACHE  2u
+/* The same Sheaf with its free checks off (SHEAF_FREE_CHECKS=0): only in the phases
+ * that measure what the checks cost (fastpath pair and batch100). */
+#define BENCH_API_NOCHECKS 4u
 
 struct bench_alloc {
 	const char *name; /* short id used in CSV and --allocs: "mimalloc" */
@@ -43,6 +47,11 @@ struct bench_alloc {
 	void (*free_fn)(void *);
 	unsigned cache_flags; /* BK_SHEAF: SHEAF_* flags of the caches */
 	unsigned capacity;    /* BK_SHEAF: sheaf_capacity of the caches (0: Sheaf's default) */
+	/* BK_SHEAF: the library's entry points (the linked ones, or a private copy's). */
+	struct sheaf_cache *(*c_create)(const char *, size_t, const struct sheaf_cache_args *);
+	void (*c_destroy)(struct sheaf_cache *);
+	void *(*c_alloc)(struct sheaf_cache *);
+	void (*c_free)(struct sheaf_cache *, void *);
 };
 
 extern struct bench_alloc bench_allocs[];

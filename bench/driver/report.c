@@ -478,7 +478,10 @@ void bench_write_report(const struct bench_ctx *ctx, const char *path, double el
 		"`sheaf-k7` the same with SHEAF_KERNEL_COMPAT (configured like Linux 7.0), "
 		"`sheaf-c512` the same with sheaves of 512 objects (DPDK's per-lcore cache "
 		"size, for the mempool comparison at equal per-CPU caching), "
-		"`sheaf-malloc` Sheaf's malloc front end.\n\n",
+		"`sheaf-malloc` Sheaf's malloc front end; `sheaf-nochecks` and "
+		"`sheaf-malloc-nochecks` the same two with the free checks off "
+		"(SHEAF_FREE_CHECKS=0, a private copy of the library in the same process), "
+		"in the fast-path pair and batch100 rows only, for the cost of the checks.\n\n",
 		ctx->window_ms, ctx->quick ? "" : " (5 ms for the fast path, 10 ms across CPUs)");
 
 	fprintf(f, "## Contenders\n\n| contender | loaded |\n|---|---|\n");

@@ -77,6 +77,28 @@ static void fp_target(struct bench_ctx *ctx, const char *variant)
 			     "%.2f ns vs %s %.2f ns: %.2fx (median)", sc, dwho, dp, sc / dp);
 }
 
+/* What the free checks cost (README "Errors"): Sheaf against the same library with
+ * SHEAF_FREE_CHECKS=0, measured in the same run; issue 15 allows 5 %. */
+static void fp_checks_target(struct bench_ctx *ctx, const char *variant)
+{
+	static const char *const pairs[][2] = { { "sheaf", "sheaf-nochecks" },
+						{ "sheaf-malloc", "sheaf-malloc-nochecks" } };
+	for (int i = 0; i < 2; i++) {
+		double on =
+			bench_headline(bench_find(ctx, "fastpath", variant, "real", pairs[i][0]));
+		double off =
+			bench_headline(bench_find(ctx, "fastpath", variant, "real", pairs[i][1]));
+		char text[160];
+		snprintf(text, sizeof(text), "free checks %s: %s <= 1.05x %s", variant, pairs[i][0],
+			 pairs[i][1]);
+		if (isnan(on) || isnan(off))
+			bench_target(ctx, "fastpath", -1, text, "not measured");
+		else
+			bench_target(ctx, "fastpath", on <= 1.05 * off, text,
+				     "%.2f ns vs %.2f ns: %.3fx (median)", on, off, on / off);
+	}
+}
+
 static void fp_run(struct bench_ctx *ctx)
 {
 	static const unsigned batches[] = { 1, 100, 10000 };
@@ -98,7 +120,10 @@ static void fp_run(struct bench_ctx *ctx)
 				.topo = "real",
 				.unit = "ns/pair",
 				.head = BH_MEDIAN,
-				.apis = BENCH_API_MALLOC | BENCH_API_CACHE,
+				/* The checks' cost: the nochecks copies beside
+				 * sheaf and sheaf-malloc, pair and batch100. */
+				.apis = BENCH_API_MALLOC | BENCH_API_CACHE |
+					(b < 2 ? BENCH_API_NOCHECKS : 0),
 				.size = sizes[z],
 				.max_live = batches[b],
 				.granule = batches[b],
@@ -114,6 +139,8 @@ static void fp_run(struct bench_ctx *ctx)
 			s.batch = batches[b];
 			bench_phase_run(ctx, &ph);
 			fp_target(ctx, variant);
+			if (b < 2)
+				fp_checks_target(ctx, variant);
 		}
 	}
 	free(s.v);
