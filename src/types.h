@@ -232,6 +232,10 @@ struct sheaf_cache {
 	struct sheaf_node *node[SHEAF_MAX_NODES]; /* every node with CPUs or memory */
 
 	struct sheaf_list cache_list;  /* sheaf_g.caches; protected by sheaf_g.caches_lock */
+	pthread_mutex_t prefilled_lock;
+	struct sheaf_list prefilled;   /* prefilled sheaves lent to the program (through
+					  sheaf->link), for the double-free search;
+					  protected by prefilled_lock */
 	pthread_mutex_t pcs_lock;
 	struct sheaf_list pcs_list;    /* per-thread pcs; protected by pcs_lock */
 	struct sheaf_pcs **cpu_pcs;    /* per-CPU mode: one per possible CPU */

@@ -402,6 +402,8 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 	c->is_meta = meta;
 	pthread_mutex_init(&c->pcs_lock, NULL);
 	sheaf_list_init(&c->pcs_list);
+	pthread_mutex_init(&c->prefilled_lock, NULL);
+	sheaf_list_init(&c->prefilled);
 	sheaf_list_init(&c->cache_list);
 	sheaf_pcs_setup_cache(c);
 	if (!meta)
@@ -549,6 +551,7 @@ void sheaf_caches_lock_all(void)
 			pthread_mutex_lock(&c->node[i]->barn.lock);
 			pthread_mutex_lock(&c->node[i]->list_lock);
 		}
+		pthread_mutex_lock(&c->prefilled_lock);
 	}
 }
 
@@ -557,6 +560,7 @@ void sheaf_caches_unlock_all(void)
 	struct sheaf_list *pos;
 	for (pos = sheaf_g.caches.prev; pos != &sheaf_g.caches; pos = pos->prev) {
 		struct sheaf_cache *c = sheaf_container_of(pos, struct sheaf_cache, cache_list);
+		pthread_mutex_unlock(&c->prefilled_lock);
 		for (int i = sheaf_g.nnodes - 1; i >= 0; i--) {
 			pthread_mutex_unlock(&c->node[i]->list_lock);
 			pthread_mutex_unlock(&c->node[i]->barn.lock);
@@ -680,6 +684,19 @@ struct find_arg {
 	bool found;
 };
 
+static bool sheaf_holds(const struct sheaf_sheaf *s, const void *obj);
+
+static bool prefilled_hold(struct sheaf_cache *c, const void *obj)
+{
+	bool found = false;
+	pthread_mutex_lock(&c->prefilled_lock);
+	const struct sheaf_list *pos;
+	for (pos = c->prefilled.next; pos != &c->prefilled && !found; pos = pos->next)
+		found = sheaf_holds(sheaf_container_of(pos, struct sheaf_sheaf, link), obj);
+	pthread_mutex_unlock(&c->prefilled_lock);
+	return found;
+}
+
 static bool sheaf_holds(const struct sheaf_sheaf *s, const void *obj)
 {
 	if (!s)
@@ -702,7 +719,7 @@ static void find_in_pcs(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
 
 /* Is @obj, whose free mark holds the key, really free?  Searched everywhere a free
  * object of @c can be: every CPU's (or thread's) sheaves, every barn, its slab's free
- * list, and the RCU layer's pending objects.  Called with no Sheaf lock held; slow,
+ * list, the prefilled sheaves the program holds, and the RCU layer's pending objects.  Called with no Sheaf lock held; slow,
  * and only reached by a double free or by a live object that holds the key.  An
  * object that another thread is moving between these places at this very moment
  * (a flush, a refill) is not seen: docs/debugging.md. */
@@ -714,6 +731,8 @@ static sheaf_noinline bool sheaf_free_confirm(struct sheaf_cache *c, const void 
 		f.found = sheaf_barn_holds(&c->node[i]->barn, obj);
 	if (!f.found)
 		f.found = sheaf_slab_holds_free(c, obj);
+	if (!f.found)
+		f.found = prefilled_hold(c, obj);
 	if (!f.found && sheaf_rcu_pending_hook)
 		f.found = sheaf_rcu_pending_hook(c, obj);
 	return f.found;
@@ -1070,6 +1089,25 @@ SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **obj
 
 static inline struct sheaf_sheaf *to_sheaf(struct sheaf_prefilled *p) { return (struct sheaf_sheaf *)p; }
 
+/* A sheaf lent to the program as prefilled: on c->prefilled, where the double-free
+ * search finds its objects (they are free until alloc_from hands them out). */
+static void prefilled_lend(struct sheaf_cache *c, struct sheaf_sheaf *s)
+{
+	s->flags |= SHEAF_SH_PREFILLED;
+	pthread_mutex_lock(&c->prefilled_lock);
+	sheaf_list_add(&s->link, &c->prefilled);
+	pthread_mutex_unlock(&c->prefilled_lock);
+}
+
+static void prefilled_unlend(struct sheaf_cache *c, struct sheaf_sheaf *s)
+{
+	pthread_mutex_lock(&c->prefilled_lock);
+	sheaf_list_del(&s->link);
+	pthread_mutex_unlock(&c->prefilled_lock);
+	s->flags &= ~SHEAF_SH_PREFILLED;
+	sheaf_list_init(&s->link);
+}
+
 /* A live cache and a prefilled sheaf of that cache (reported otherwise: a sheaf knows
  * its cache, and one of another cache would mix their objects). */
 static bool prefilled_ok(struct sheaf_cache *c, struct sheaf_sheaf *s)
@@ -1107,10 +1145,11 @@ static struct sheaf_prefilled *prefill_oversize(struct sheaf_cache *c, unsigned 
 	struct sheaf_sheaf *s = sheaf_sheaf_new(c, n);
 	if (!s)
 		return NULL;
-	s->flags = SHEAF_SH_OVERSIZE | SHEAF_SH_PREFILLED;
+	s->flags = SHEAF_SH_OVERSIZE;
 	/* K§5: an oversize sheaf is filled straight from slabs. */
 	if (!prefill_to_capacity(c, s, n))
 		return NULL;
+	prefilled_lend(c, s);
 	sheaf_stat_atomic(c, SHEAF_STAT_SHEAF_PREFILL_OVERSIZE, 1);
 	return (struct sheaf_prefilled *)s;
 }
@@ -1152,7 +1191,7 @@ SHEAF_API struct sheaf_prefilled *sheaf_cache_prefill(struct sheaf_cache *c, uns
 		s = sheaf_sheaf_new(c, cap);
 	if (!s || !prefill_to_capacity(c, s, n))
 		return NULL;
-	s->flags |= SHEAF_SH_PREFILLED;
+	prefilled_lend(c, s);
 	return (struct sheaf_prefilled *)s;
 }
 
@@ -1188,7 +1227,7 @@ SHEAF_API void sheaf_cache_return(struct sheaf_cache *c, struct sheaf_prefilled 
 	struct sheaf_sheaf *s = to_sheaf(p);
 	if (!s || !prefilled_ok(c, s))
 		return; /* reported; under warn the sheaf and its objects are leaked */
-	s->flags &= ~SHEAF_SH_PREFILLED;
+	prefilled_unlend(c, s);
 	uint32_t cap = atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed);
 	if ((s->flags & SHEAF_SH_OVERSIZE) || s->capacity != cap) {
 		sheaf_sheaf_flush(c, s, NULL);

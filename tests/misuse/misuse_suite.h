@@ -25,6 +25,7 @@
 #include "harness.h"
 #include "sheaf.h"
 #include "sheaf_stats.h"
+#include "types.h" /* struct sheaf_sheaf: the objects a prefilled sheaf holds */
 
 /* Internal (tests link the static library): switch the error mode in a child. */
 void sheaf_error_set_warn(int warn);
@@ -410,8 +411,19 @@ static void do_shrink_destroyed(void *a)
 	sheaf_cache_shrink(ms_dead);
 }
 
+static void do_free_in_prefilled(void *o) { sheaf_cache_free(ms_a, o); }
+
 static void test_handles(void)
 {
+	/* An object still in a prefilled sheaf the program holds is free: freeing it is
+	 * a double free (the search looks into lent sheaves). */
+	struct sheaf_prefilled *pf = sheaf_cache_prefill(ms_a, 4);
+	REQUIRE(pf && sheaf_prefilled_size(pf) >= 4);
+	void *in_sheaf = ((struct sheaf_sheaf *)pf)->objects[1];
+	ms_expect("free of an object in a prefilled sheaf", do_free_in_prefilled, in_sheaf, "double free", "ms-a",
+		  in_sheaf);
+	sheaf_cache_return(ms_a, pf);
+
 	ms_pf = sheaf_cache_prefill(ms_a, 4);
 	REQUIRE(ms_pf);
 	ms_expect("return a prefilled sheaf to another cache", do_return_wrong, NULL, "wrong sheaf", "ms-b", ms_pf);
