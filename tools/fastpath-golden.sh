@@ -18,14 +18,12 @@
 # (subtract, bound, shift, load), the same rseq prologue, key and capacity tests,
 # store, commit, ret.  Abort handlers (.text.unlikely) and slow paths are not counted.
 #
-# The free path also makes the checks of README "Errors" (src/slab/freecheck.h): the
-# page-map key must name a node of this cache (2 loads, 2 tests: that makes the free
-# mark safe to read), the pointer must be an object start (mask, reciprocal multiply,
-# multiply back, compare: 8 instructions), and the free mark must not hold the key
-# (load, compare, store: 5); the allocation clears the mark (test, store: 3) and
-# tests for a NULL cache (2).  That took free from 20 to 43 and alloc from 12 to 18;
-# SHEAF_FREE_CHECKS=0 runs the same code without the mark and the object-start test
-# (bench contender sheaf-nochecks, docs/benchmarks.md).
+# The free path also makes the checks of README "Errors" (src/slab/freecheck.h): a NULL
+# cache test (2), the object-start test (mask, reciprocal multiply, multiply back, compare:
+# 10 with the flag test), and inside the sequence the free mark (load the key, compare, branch,
+# store: 4); the allocation tests for a NULL cache and clears the mark (5).  That took free
+# from 20 to 36 and alloc from 12 to 18; SHEAF_FREE_CHECKS=0 runs the same code without the
+# mark and the object-start test (bench contender sheaf-nochecks, docs/benchmarks.md).
 #
 # Fails when a count exceeds 45, when any counted instruction carries a `lock` prefix
 # (or is xchg with memory, implicitly locked), or when a count differs from the golden

@@ -866,13 +866,21 @@ static sheaf_noinline void free_thread_noinline(struct sheaf_cache *c, void *obj
 SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj)
 {
 #if SHEAF_HAVE_RSEQ
-	/* Per-CPU fast path: the page-map key of @obj must name a node of @c (so @obj
-	 * lies in one of its slabs: a NULL or destroyed cache, a foreign pointer or an
-	 * installed free-check hook go slow), @obj must be an object start, and its free
-	 * mark must not hold the key (slab/freecheck.h); then a restartable sequence
-	 * pushes it onto the current CPU's main (rseq.h), whose key test covers "this
-	 * node, not the sentinel".  The mark is written before the push commits and put
-	 * back if the sequence fails. */
+	/* Per-CPU fast path (rseq.h): @obj must be an object start (slab/freecheck.h, pure
+	 * arithmetic), then a restartable sequence looks its page-map key up, compares it
+	 * with the current CPU's main ("this cache, this node, not the sentinel": a
+	 * foreign pointer, a destroyed cache or an installed free-check hook go slow),
+	 * tests and writes the free mark, and pushes.  Everything else is slow. */
+	if (sheaf_unlikely(!c))
+		goto slow;
+	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1) && !SHEAF_TRACK_ENABLED) {
+		if (sheaf_unlikely(!sheaf_obj_is_start(c, obj)))
+			goto slow;
+		SHEAF_RSEQ_PUSH_MARK(c, obj, slow);
+		return;
+	}
+	/* The other cases look the key up first and check that it names a node of @c,
+	 * so that the mark, where there is one, is safe to read before the sequence. */
 	uintptr_t off = (uintptr_t)obj - (uintptr_t)sheaf_heap.base;
 	if (sheaf_unlikely(off >= __atomic_load_n(&sheaf_page_fast_limit, __ATOMIC_RELAXED)))
 		goto slow;
@@ -897,21 +905,6 @@ untrack:
 		if (sheaf_track_asan_ok(c))
 			sheaf_track_asan_unpoison(obj, c->object_size);
 		sheaf_track_vg_malloc(obj, c->object_size, 1);
-		goto slow;
-	}
-	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1)) {
-		/* The usual case: the mark in the second word. */
-		if (sheaf_unlikely(!sheaf_obj_is_start(c, obj)))
-			goto slow;
-		uint64_t *mk = (uint64_t *)((uintptr_t)obj + 8);
-		uint64_t old = *mk;
-		if (sheaf_unlikely(old == sheaf_free_key))
-			goto slow; /* maybe a double free: confirmed there */
-		*mk = sheaf_free_key;
-		SHEAF_RSEQ_PUSH_KEY(c, obj, key, unmark);
-		return;
-unmark:
-		*mk = old; /* nobody else saw it: it never entered a sheaf */
 		goto slow;
 	}
 	if (c->free_mark) {

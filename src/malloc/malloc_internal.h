@@ -126,19 +126,12 @@ static inline void sheaf_free_inline(void *p)
 				struct sheaf_cache *fc = ((struct sheaf_node *)k)->malloc_cache;
 				/* p lies in a slab of a class cache: the object-start test
 				 * and the free mark (slab/freecheck.h), as in sheaf_cache_free;
-				 * the mark goes back if the push fails. */
-				if (sheaf_likely(fc != NULL) && sheaf_likely(fc->free_mark) &&
-				    sheaf_likely(sheaf_obj_is_start(fc, p))) {
-					uint64_t *mk = sheaf_mark_word_fast(fc, p);
-					uint64_t old = *mk;
-					if (sheaf_unlikely(old == sheaf_free_key))
-						goto slow_free; /* maybe a double free: confirmed there */
-					*mk = sheaf_free_key;
-					SHEAF_RSEQ_PUSH_KEY(fc, p, k, unmark);
+				 * the sequence tests and writes the mark (rseq.h). */
+				if (sheaf_likely(fc != NULL) && sheaf_likely(fc->free_mark == SHEAF_MARK_WORD1)) {
+					if (sheaf_unlikely(!sheaf_obj_is_start(fc, p)))
+						goto slow_free;
+					SHEAF_RSEQ_PUSH_KEY_MARK(fc, p, k, slow_free);
 					return;
-unmark:
-					*mk = old;
-					goto slow_free;
 				}
 				if (sheaf_likely(fc != NULL) && !fc->free_checks) {
 					SHEAF_RSEQ_PUSH_KEY(fc, p, k, slow_free);

@@ -169,6 +169,33 @@ void sheaf_rseq_fork_child(void);
 	"addl $1, %c[size](%%rcx)\n"                                                \
 	".Lsheaf_push_end%=:\n\t" SHEAF_RSEQ_TAIL(".Lsheaf_push", slow)
 
+/* The same push with the free mark of a cache whose mark is the object's second word
+ * (slab/freecheck.h, SHEAF_MARK_WORD1): once the key test has shown that @obj lies in
+ * a slab of this cache (so reading it is safe), a mark equal to sheaf_free_key sends
+ * the free to the slow path (maybe a double free: confirmed there), otherwise the key
+ * is written into the mark before the commit.  An abort after that store leaves the
+ * mark set on an object that is not in any sheaf: the slow path then finds the mark,
+ * searches, finds nothing and frees it (a rare extra search, never a false report). */
+#define SHEAF_RSEQ_PUSH_SEQ_MARK(slow)                                              \
+	"mov sheaf_rseq_offset(%%rip), %%rax\n\t"                                  \
+	"mov .Lsheaf_pushm_slot%=(%%rip), %%rcx\n\t"                               \
+	"mov %%rcx, %%fs:8(%%rax)\n"                                                \
+	".Lsheaf_pushm_start%=:\n\t"                                               \
+	"movslq %%fs:4(%%rax), %%rcx\n\t"                                          \
+	"mov %c[mv](%[cache],%%rcx,8), %%rcx\n\t"                                  \
+	"cmp %c[key](%%rcx), %%rdx\n\t"                                            \
+	"jne %l[" #slow "]\n\t"                                                    \
+	"mov %c[size](%%rcx), %%eax\n\t"                                           \
+	"cmp %c[cap](%%rcx), %%eax\n\t"                                            \
+	"jae %l[" #slow "]\n\t"                                                    \
+	"mov sheaf_free_key(%%rip), %%rdx\n\t"                                     \
+	"cmp %%rdx, 8(%[o])\n\t"                                                   \
+	"je %l[" #slow "]\n\t"                                                     \
+	"mov %%rdx, 8(%[o])\n\t"                                                   \
+	"mov %[o], %c[objs](%%rcx,%%rax,8)\n\t"                                    \
+	"addl $1, %c[size](%%rcx)\n"                                                \
+	".Lsheaf_pushm_end%=:\n\t" SHEAF_RSEQ_TAIL(".Lsheaf_pushm", slow)
+
 #define SHEAF_RSEQ_PUSH_OPERANDS                                                               \
 	[mv] "i"(SHEAF_RSEQ_MAINV_DISP), [size] "i"(offsetof(struct sheaf_sheaf, size)),       \
 		[cap] "i"(offsetof(struct sheaf_sheaf, capacity)),                             \
@@ -198,6 +225,30 @@ void sheaf_rseq_fork_child(void);
  * page-map load per free instead of two. */
 #define SHEAF_RSEQ_PUSH_KEY(c, obj, k, slow)                                           \
 	asm goto(SHEAF_RSEQ_PUSH_SEQ(slow)                                               \
+		 :                                                                       \
+		 : [cache] "r"(c), [o] "r"(obj), "d"(k), SHEAF_RSEQ_PUSH_OPERANDS        \
+		 : "rax", "rcx", "cc", "memory"                                          \
+		 : slow)
+
+/* SHEAF_RSEQ_PUSH and SHEAF_RSEQ_PUSH_KEY with the free mark (SHEAF_RSEQ_PUSH_SEQ_MARK). */
+#define SHEAF_RSEQ_PUSH_MARK(c, obj, slow)                                             \
+	asm goto("mov %[o], %%rax\n\t"                                                 \
+		 "sub sheaf_heap+%c[hbase](%%rip), %%rax\n\t"                          \
+		 "cmp sheaf_page_fast_limit(%%rip), %%rax\n\t"                         \
+		 "jae %l[" #slow "]\n\t"                                               \
+		 "shr %[pshift], %%rax\n\t"                                            \
+		 "mov sheaf_heap+%c[hmap](%%rip), %%rdx\n\t"                           \
+		 "mov (%%rdx,%%rax,8), %%rdx\n\t" SHEAF_RSEQ_PUSH_SEQ_MARK(slow)       \
+		 :                                                                       \
+		 : [cache] "r"(c), [o] "r"(obj),                                         \
+		   [hbase] "i"(offsetof(struct sheaf_heap, base)),                       \
+		   [hmap] "i"(offsetof(struct sheaf_heap, pagemap)),                     \
+		   [pshift] "i"(SHEAF_PAGE_SHIFT), SHEAF_RSEQ_PUSH_OPERANDS              \
+		 : "rax", "rcx", "rdx", "cc", "memory"                                   \
+		 : slow)
+
+#define SHEAF_RSEQ_PUSH_KEY_MARK(c, obj, k, slow)                                      \
+	asm goto(SHEAF_RSEQ_PUSH_SEQ_MARK(slow)                                          \
 		 :                                                                       \
 		 : [cache] "r"(c), [o] "r"(obj), "d"(k), SHEAF_RSEQ_PUSH_OPERANDS        \
 		 : "rax", "rcx", "cc", "memory"                                          \
