@@ -217,18 +217,23 @@ size_t sheaf_error_head(char *buf, size_t cap, enum sheaf_error_kind k, const ch
 	return n;
 }
 
-void sheaf_error_emit(const char *buf, size_t n)
+void sheaf_report_write(const char *buf, size_t n)
 {
-	atomic_fetch_add_explicit(&error_count, 1, memory_order_relaxed);
 	size_t off = 0;
 	while (off < n) {
 		ssize_t w = write(2, buf + off, n - off);
 		if (w <= 0)
-			break; /* stderr closed: the abort below still stops the program */
+			break; /* stderr closed: nothing else to do */
 		off += (size_t)w;
 	}
+}
+
+void sheaf_error_emit(const char *buf, size_t n)
+{
+	atomic_fetch_add_explicit(&error_count, 1, memory_order_relaxed);
+	sheaf_report_write(buf, n);
 	if (!sheaf_error_warn())
-		abort();
+		abort(); /* also when stderr is closed */
 }
 
 void sheaf_error(enum sheaf_error_kind k, const char *cache, const void *addr, const char *fmt, ...)

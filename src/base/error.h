@@ -55,6 +55,10 @@ size_t sheaf_error_head(char *buf, size_t cap, enum sheaf_error_kind k, const ch
 /* Write @n bytes of @buf to stderr, count the report, and abort unless warn. */
 void sheaf_error_emit(const char *buf, size_t n);
 
+/* Write a report that never aborts (the debug-objects tracker's, which reports the
+ * program's own objects, as the kernel's debugobjects warns): one write(2). */
+void sheaf_report_write(const char *buf, size_t n);
+
 /* SHEAF_ON_ERROR=warn in effect (read once from the options; tests may switch it). */
 bool sheaf_error_warn(void);
 void sheaf_error_set_warn(int warn);

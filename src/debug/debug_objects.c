@@ -779,11 +779,11 @@ static size_t fmt_site(char *buf, size_t n, const void *pc)
 	Dl_info info;
 	memset(&info, 0, sizeof(info));
 	if (!pc || !dladdr(pc, &info))
-		return (size_t)snprintf(buf, n, "%p", pc);
+		return sheaf_fmt(buf, n, "%p", pc);
 	if (info.dli_sname)
-		return (size_t)snprintf(buf, n, "%p (%s+0x%zx)", pc, info.dli_sname,
+		return sheaf_fmt(buf, n, "%p (%s+0x%zx)", pc, info.dli_sname,
 					(size_t)((const char *)pc - (const char *)info.dli_saddr));
-	return (size_t)snprintf(buf, n, "%p (%s+0x%zx)", pc, info.dli_fname ? info.dli_fname : "?",
+	return sheaf_fmt(buf, n, "%p (%s+0x%zx)", pc, info.dli_fname ? info.dli_fname : "?",
 				(size_t)((const char *)pc - (const char *)info.dli_fbase));
 }
 
@@ -830,31 +830,30 @@ static void report_bt(const char *op, const struct snapshot *s, const void *call
 	const char *name = s->descr && s->descr->name ? s->descr->name : "?";
 	const void *hint = s->descr && s->descr->debug_hint ? s->descr->debug_hint(s->addr) : NULL;
 	fmt_site(from, sizeof(from), caller);
-	size_t n = (size_t)snprintf(buf, sizeof(buf),
-				    "sheaf: debug-objects: %s %s object %p type %s hint %p, "
+	size_t n = sheaf_fmt(buf, sizeof(buf),
+			     "sheaf: debug-objects: %s %s object %p type %s hint %p, "
 				    "called from %s",
 				    op, sheaf_debug_state_name(s->state), s->addr, name, hint, from);
 	if (s->site && n < sizeof(buf)) {
 		fmt_site(site, sizeof(site), s->site);
-		n += (size_t)snprintf(buf + n, sizeof(buf) - n, "; last changed from %s", site);
+		n += sheaf_fmt(buf + n, sizeof(buf) - n, "; last changed from %s", site);
 	}
 	unsigned long supp = GET(suppressed);
 	if (supp && n < sizeof(buf))
-		n += (size_t)snprintf(buf + n, sizeof(buf) - n, " (%lu reports suppressed so far)",
+		n += sheaf_fmt(buf + n, sizeof(buf) - n, " (%lu reports suppressed so far)",
 				      supp);
 	/* A free found by the core's hook: the program's frame is a few up. */
 	for (int i = 0; i < nbt && n < sizeof(buf); i++) {
 		fmt_site(site, sizeof(site), bt[i]);
-		n += (size_t)snprintf(buf + n, sizeof(buf) - n, "\nsheaf: debug-objects:   #%d %s", i,
+		n += sheaf_fmt(buf + n, sizeof(buf) - n, "\nsheaf: debug-objects:   #%d %s", i,
 				      site);
 	}
 	if (n >= sizeof(buf) - 1)
 		n = sizeof(buf) - 2;
 	buf[n++] = '\n';
-	/* One write(2): no allocation, no interleaving with other reports. */
-	if (write(2, buf, n) < 0) {
-		/* stderr is gone: nothing to do */
-	}
+	/* One write(2) through the reporter of every layer (base/error.h): no allocation,
+	 * no interleaving with other reports.  The tracker reports and never aborts. */
+	sheaf_report_write(buf, n);
 }
 
 static void report(const char *op, const struct snapshot *s, const void *caller)
@@ -1354,14 +1353,12 @@ static bool st_check(int step, enum sheaf_debug_state want, unsigned long wwant,
 	if (got == want && w == wwant && f == fwant)
 		return true;
 	char buf[200];
-	int n = snprintf(buf, sizeof(buf),
-			 "sheaf: debug-objects: self-test failed at step %d: state %s (want %s), "
-			 "warnings %lu (want %lu), fixups %lu (want %lu)\n",
-			 step, sheaf_debug_state_name(got), sheaf_debug_state_name(want), w, wwant, f,
-			 fwant);
-	if (n > 0 && write(2, buf, (size_t)n) < 0) {
-		/* nothing more to do */
-	}
+	size_t n = sheaf_fmt(buf, sizeof(buf),
+			     "sheaf: debug-objects: self-test failed at step %d: state %s (want %s), "
+			     "warnings %lu (want %lu), fixups %lu (want %lu)\n",
+			     step, sheaf_debug_state_name(got), sheaf_debug_state_name(want), w, wwant, f,
+			     fwant);
+	sheaf_report_write(buf, n);
 	return false;
 }
 
