@@ -24,12 +24,16 @@
  */
 #include <errno.h>
 
-#include "internal.h"
+#include "barn/barn.h"
+
+/* Size 0, capacity 0, key 0: "empty" to pop, "full" to push, matches no object
+ * (K§1.5 bootstrap sheaf; design §6 per-CPU lock). */
+struct sheaf_sheaf sheaf_sentinel_sheaf;
 
 #define BARN_INTERVAL_OPS 256u
 #define BARN_TRIM_MAX     2u
 
-/* The stacks (types.h): push and pop at the top; the bottom is the coldest sheaf. */
+/* The stacks (barn.h): push and pop at the top; the bottom is the coldest sheaf. */
 static inline void stk_push(struct sheaf_sheaf **top, struct sheaf_sheaf *s)
 {
 	s->link.next = *top ? &(*top)->link : NULL;
@@ -245,6 +249,20 @@ void sheaf_barn_trim(struct sheaf_barn *b, struct sheaf_list *full, struct sheaf
 		b->ewma_low_empty -= 16 * n;
 	}
 	pthread_mutex_unlock(&b->lock);
+}
+
+bool sheaf_sheaf_is_valid(const struct sheaf_cache *c, const struct sheaf_sheaf *s)
+{
+	if (s == &sheaf_sentinel_sheaf)
+		return s->size == 0 && s->capacity == 0 && s->key == 0;
+	if (s->cache != c || s->size > s->capacity)
+		return false;
+	for (uint32_t i = 0; i < s->size; i++) {
+		uintptr_t k = sheaf_page_key(s->objects[i]);
+		if (!k || ((struct sheaf_node *)k)->cache != c)
+			return false;
+	}
+	return true;
 }
 
 bool sheaf_barn_is_valid(struct sheaf_barn *b, const struct sheaf_cache *c)

@@ -64,6 +64,19 @@ void sheaf_assert_fail(const char *expr, const char *file, int line) __attribute
 #define sheaf_assert_expensive(e) \
 	((void)((sheaf_config_debug < 2 || sheaf_likely(e)) ? 0 : (sheaf_assert_fail(#e, __FILE__, __LINE__), 0)))
 
+/* ThreadSanitizer builds: no restartable sequences (percpu/rseq.h) and no reaper by
+ * default (base/options.c). */
+#if defined(__SANITIZE_THREAD__)
+#define SHEAF_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SHEAF_TSAN 1
+#endif
+#endif
+#ifndef SHEAF_TSAN
+#define SHEAF_TSAN 0
+#endif
+
 #define SHEAF_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define SHEAF_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define SHEAF_ALIGN_UP(x, a) (((x) + ((a)-1)) & ~((__typeof__(x))(a)-1))

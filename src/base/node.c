@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base/base.h"
 
 /* Parse a sysfs CPU/node list ("0-3,8,10-11") into a bitmap of @max bits. */
 static int parse_list(const char *s, unsigned char *bits, int max)

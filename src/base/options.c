@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/auxv.h>
 
-#include "internal.h"
+#include "base/base.h"
 
 enum opt_type { OPT_LONG, OPT_BOOL, OPT_STR };
 
@@ -38,8 +38,7 @@ struct opt {
 
 /* The reaper (reaper.c) is on by default, except under ThreadSanitizer: TSan kills a
  * forked child that starts a thread when the parent had more than one. */
-#include "percpu/rseq.h" /* SHEAF_RSEQ_TSAN */
-#if SHEAF_RSEQ_TSAN
+#if SHEAF_TSAN
 #define SHEAF_REAP_MS_DEFAULT "0"
 #else
 #define SHEAF_REAP_MS_DEFAULT "250"

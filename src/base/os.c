@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * os.c - the operating-system contract: mappings, time, the current CPU, and the error
- * reporter.  Nothing here allocates: the reporter formats on the stack and write(2)s,
+ * printer.  Nothing here allocates: the printer formats on the stack and write(2)s,
  * because it runs when the heap may be corrupt.
  */
 #include <errno.h>
@@ -14,7 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base/base.h"
+
+struct sheaf_globals sheaf_g; /* base/base.h */
 
 /* ---- Fault injection (tests only: reached through the hidden sheaf_fault_arm, never
  * through the environment, so a shipped library cannot be made to fail) ------------- */

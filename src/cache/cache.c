@@ -11,35 +11,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
-#include "internal.h"
-#include "percpu/rseq.h"
-#include "base/track.h"
-#include "slab/freecheck.h"
-
-struct sheaf_globals sheaf_g = {
-	.caches_lock = PTHREAD_MUTEX_INITIALIZER,
-	.threads_lock = PTHREAD_MUTEX_INITIALIZER,
-};
-
-/* Size 0, capacity 0, key 0: "empty" to pop, "full" to push, matches no object
- * (K§1.5 bootstrap sheaf; design §6 per-CPU lock). */
-struct sheaf_sheaf sheaf_sentinel_sheaf;
-
-void (*volatile sheaf_free_check_hook)(const void *obj, size_t size);
-
-/* slab/freecheck.h: the free mark, one random word per process. */
-uint64_t sheaf_free_key;
-
-static void free_key_init(void)
-{
-	uint64_t k = 0;
-	if (getrandom(&k, sizeof(k), GRND_NONBLOCK) != (ssize_t)sizeof(k))
-		k = sheaf_os_now_ns() * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)&k;
-	/* Never 0 (what an allocation writes), never a small or pointer-like value. */
-	sheaf_free_key = k | 0x8000000000000001ull;
-}
+#include "cache/cache.h"
 
 /* ---- Initialisation -------------------------------------------------------------- */
 
@@ -53,6 +26,14 @@ static void stats_at_exit(void)
 }
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The child of fork: the reaper first, while the prepare handler's caches_lock is
+ * still held, then the per-CPU layer releases its locks and adopts orphans. */
+static void cache_fork_child(void)
+{
+	sheaf_reaper_fork_child();
+	sheaf_percpu_fork_child();
+}
 
 int sheaf_init(void)
 {
@@ -68,10 +49,13 @@ int sheaf_init(void)
 		return -EAGAIN;
 	}
 	atomic_store(&sheaf_g.init_state, 1);
+	/* The hooks through which lower layers call up, before any layer runs. */
+	sheaf_meta_register();
+	sheaf_rcu_init();
 	sheaf_options_init();
-	free_key_init();
-	sheaf_list_init(&sheaf_g.caches);
-	sheaf_list_init(&sheaf_g.threads);
+	sheaf_free_key_init();
+	sheaf_list_init(&sheaf_reg.caches);
+	sheaf_list_init(&sheaf_reg.threads);
 	int r = sheaf_node_topology_init();
 	if (!r)
 		r = sheaf_page_init();
@@ -85,7 +69,7 @@ int sheaf_init(void)
 	atomic_store_explicit(&sheaf_g.init_state, 2, memory_order_release);
 	pthread_mutex_unlock(&init_lock);
 	sheaf_meta_init();
-	pthread_atfork(sheaf_percpu_fork_prepare, sheaf_percpu_fork_parent, sheaf_percpu_fork_child);
+	pthread_atfork(sheaf_percpu_fork_prepare, sheaf_percpu_fork_parent, cache_fork_child);
 	atexit(stats_at_exit);
 	if (sheaf_option_long(SHEAF_OPT_VERBOSE)) {
 		sheaf_options_print(stderr);
@@ -97,7 +81,7 @@ int sheaf_init(void)
 
 SHEAF_API const char *sheaf_percpu_mode(void)
 {
-	return sheaf_g.mode == SHEAF_MODE_PERCPU ? "percpu-rseq" : "per-thread";
+	return sheaf_reg.mode == SHEAF_MODE_PERCPU ? "percpu-rseq" : "per-thread";
 }
 
 /* ---- Geometry ----------------------------------------------------------------------- */
@@ -231,33 +215,39 @@ static size_t cache_struct_size(void)
 
 static int alloc_id_locked(uint32_t *id)
 {
-	for (uint32_t i = 0; i < sheaf_g.id_cap; i++) {
-		if (!sheaf_g.id_used[i]) {
-			sheaf_g.id_used[i] = 1;
+	for (uint32_t i = 0; i < sheaf_reg.id_cap; i++) {
+		if (!sheaf_reg.id_used[i]) {
+			sheaf_reg.id_used[i] = 1;
 			*id = i;
 			return 0;
 		}
 	}
-	uint32_t ncap = sheaf_g.id_cap ? sheaf_g.id_cap * 2 : 4096;
+	uint32_t ncap = sheaf_reg.id_cap ? sheaf_reg.id_cap * 2 : 4096;
 	uint8_t *n = sheaf_os_map(ncap);
 	if (!n)
 		return -ENOMEM;
-	if (sheaf_g.id_used) {
-		memcpy(n, sheaf_g.id_used, sheaf_g.id_cap);
-		sheaf_os_unmap(sheaf_g.id_used, sheaf_g.id_cap);
+	if (sheaf_reg.id_used) {
+		memcpy(n, sheaf_reg.id_used, sheaf_reg.id_cap);
+		sheaf_os_unmap(sheaf_reg.id_used, sheaf_reg.id_cap);
 	}
-	*id = sheaf_g.id_cap;
+	*id = sheaf_reg.id_cap;
 	n[*id] = 1;
-	sheaf_g.id_used = n;
-	sheaf_g.id_cap = ncap;
+	sheaf_reg.id_used = n;
+	sheaf_reg.id_cap = ncap;
 	return 0;
+}
+
+/* A cache's nodes and, after them, their barns (barn/): one mapping. */
+static size_t nodes_struct_size(void)
+{
+	return SHEAF_ALIGN_UP((sizeof(struct sheaf_node) + sizeof(struct sheaf_barn)) * (size_t)sheaf_g.nnodes,
+			      SHEAF_PAGE_SIZE);
 }
 
 static void cache_free_nodes(struct sheaf_cache *c)
 {
 	if (c->node[0])
-		sheaf_os_unmap(c->node[0], SHEAF_ALIGN_UP(sizeof(struct sheaf_node) * (size_t)sheaf_g.nnodes,
-							  SHEAF_PAGE_SIZE));
+		sheaf_os_unmap(c->node[0], nodes_struct_size());
 	memset(c->node, 0, sizeof(c->node));
 }
 
@@ -271,7 +261,7 @@ static void cache_free_struct(struct sheaf_cache *c)
  * sentinel) so that a later call with the stale handle is reported, not a crash.  The
  * last SHEAF_DEAD_KEPT are kept; the oldest beyond that is reused by the next create
  * (a program that creates and destroys caches in a loop stays bounded).  Protected by
- * sheaf_g.caches_lock. */
+ * sheaf_reg.caches_lock. */
 #define SHEAF_DEAD_KEPT 64
 static struct sheaf_cache *dead_caches[SHEAF_DEAD_KEPT];
 static unsigned dead_head, dead_count;
@@ -280,13 +270,13 @@ static struct sheaf_cache *cache_struct_get(void)
 {
 	size_t bytes = SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE);
 	struct sheaf_cache *c = NULL;
-	pthread_mutex_lock(&sheaf_g.caches_lock);
+	pthread_mutex_lock(&sheaf_reg.caches_lock);
 	if (dead_count == SHEAF_DEAD_KEPT) {
 		c = dead_caches[dead_head];
 		dead_head = (dead_head + 1) % SHEAF_DEAD_KEPT;
 		dead_count--;
 	}
-	pthread_mutex_unlock(&sheaf_g.caches_lock);
+	pthread_mutex_unlock(&sheaf_reg.caches_lock);
 	if (c) {
 		memset(c, 0, bytes);
 		return c;
@@ -302,32 +292,13 @@ static void cache_struct_retire(struct sheaf_cache *c)
 		__atomic_store_n(&c->mainv[k], &sheaf_sentinel_sheaf, __ATOMIC_RELEASE);
 	cache_free_nodes(c);
 	__atomic_store_n(&c->magic, SHEAF_CACHE_DEAD, __ATOMIC_RELEASE);
-	pthread_mutex_lock(&sheaf_g.caches_lock);
+	pthread_mutex_lock(&sheaf_reg.caches_lock);
 	sheaf_assert_internal(dead_count < SHEAF_DEAD_KEPT);
 	dead_caches[(dead_head + dead_count) % SHEAF_DEAD_KEPT] = c;
 	dead_count++;
-	pthread_mutex_unlock(&sheaf_g.caches_lock);
+	pthread_mutex_unlock(&sheaf_reg.caches_lock);
 }
 
-/* Is @c a live cache?  Reports a NULL, destroyed or foreign handle (README "Errors"):
- * the caller then does nothing. */
-bool sheaf_cache_check(const struct sheaf_cache *c)
-{
-	if (sheaf_likely(c && __atomic_load_n(&c->magic, __ATOMIC_ACQUIRE) == SHEAF_CACHE_LIVE))
-		return true;
-	if (!c)
-		sheaf_error(SHEAF_ERR_INVALID_CACHE, NULL, NULL, "NULL cache handle");
-	else if (c->magic == SHEAF_CACHE_DEAD)
-		sheaf_error(SHEAF_ERR_DESTROYED_CACHE, c->name, c, "the cache was destroyed");
-	else
-		sheaf_error(SHEAF_ERR_INVALID_CACHE, NULL, c, "not a cache handle");
-	return false;
-}
-
-/* Create a cache; @meta marks the internal metadata caches (no sheaves, not counted
- * as leaks, never debugged). */
-struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, const struct sheaf_cache_args *args,
-						bool meta);
 struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, const struct sheaf_cache_args *args,
 						bool meta)
 {
@@ -355,7 +326,7 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 	 * metadata caches serve Sheaf itself. */
 	c->free_checks = !meta && !c->debug_flags && sheaf_option_long(SHEAF_OPT_FREE_CHECKS);
 	/* Under ASan and memcheck a freed object of a tracked cache is known to the tool,
-	 * which reports a double free by itself (base/track.h); the mark would be an
+	 * which reports a double free by itself (slab/track.h); the mark would be an
 	 * access to poisoned memory there. */
 	bool mark = c->free_checks && !(sheaf_track_cache(c) && (SHEAF_TRACK_VALGRIND || sheaf_track_asan_ok(c)));
 	c->random = ((uint64_t)(uintptr_t)c * 0x9E3779B97F4A7C15ull) ^ sheaf_os_now_ns();
@@ -378,14 +349,14 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 	c->capacity_default = cap;
 	atomic_store(&c->sheaf_capacity, cap);
 
-	struct sheaf_node *nodes =
-		sheaf_os_map(SHEAF_ALIGN_UP(sizeof(struct sheaf_node) * (size_t)sheaf_g.nnodes, SHEAF_PAGE_SIZE));
+	struct sheaf_node *nodes = sheaf_os_map(nodes_struct_size());
 	if (!nodes) {
 		sheaf_os_unmap(c, SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
 		return NULL;
 	}
 	for (int i = 0; i < sheaf_g.nnodes; i++) {
 		struct sheaf_node *n = &nodes[i];
+		n->barn = (struct sheaf_barn *)&nodes[sheaf_g.nnodes] + i;
 		n->cache = c;
 		n->malloc_cache = (c->flags & SHEAF_CACHE_MALLOC_CLASS) ? c : NULL;
 		n->nid = i;
@@ -394,9 +365,9 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 		pthread_mutex_init(&n->list_lock, NULL);
 		sheaf_list_init(&n->partial);
 		/* D3: a barn for every node; Linux 7.0 only for nodes with memory. */
-		sheaf_barn_init(&n->barn, cap > 0 && (n->has_memory || !c->kernel_compat), c->kernel_compat);
+		sheaf_barn_init(n->barn, cap > 0 && (n->has_memory || !c->kernel_compat), c->kernel_compat);
 		if (!c->kernel_compat)
-			sheaf_barn_set_limits(&n->barn, (size_t)cap * c->slot_size);
+			sheaf_barn_set_limits(n->barn, (size_t)cap * c->slot_size);
 		c->node[i] = n;
 	}
 	c->is_meta = meta;
@@ -409,11 +380,11 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 	if (!meta)
 		sheaf_rcu_cache_init(c);
 
-	pthread_mutex_lock(&sheaf_g.caches_lock);
+	pthread_mutex_lock(&sheaf_reg.caches_lock);
 	r = alloc_id_locked(&c->id);
 	if (!r)
-		sheaf_list_add_tail(&c->cache_list, &sheaf_g.caches);
-	pthread_mutex_unlock(&sheaf_g.caches_lock);
+		sheaf_list_add_tail(&c->cache_list, &sheaf_reg.caches);
+	pthread_mutex_unlock(&sheaf_reg.caches_lock);
 	if (r) {
 		cache_free_struct(c);
 		errno = ENOMEM;
@@ -453,7 +424,7 @@ static void barns_flush(struct sheaf_cache *c)
 		struct sheaf_list full, empty, *pos, *tmp;
 		sheaf_list_init(&full);
 		sheaf_list_init(&empty);
-		sheaf_barn_take_all(&c->node[i]->barn, &full, &empty);
+		sheaf_barn_take_all(c->node[i]->barn, &full, &empty);
 		sheaf_list_for_each_safe(pos, tmp, &full)
 		{
 			struct sheaf_sheaf *s = sheaf_container_of(pos, struct sheaf_sheaf, link);
@@ -493,9 +464,9 @@ SHEAF_API void sheaf_cache_destroy(struct sheaf_cache *c)
 		return;
 	}
 	sheaf_rcu_cache_fini(c);
-	pthread_mutex_lock(&sheaf_g.caches_lock);
-	sheaf_g.id_used[c->id] = 0;
-	pthread_mutex_unlock(&sheaf_g.caches_lock);
+	pthread_mutex_lock(&sheaf_reg.caches_lock);
+	sheaf_reg.id_used[c->id] = 0;
+	pthread_mutex_unlock(&sheaf_reg.caches_lock);
 	cache_struct_retire(c);
 }
 
@@ -529,44 +500,6 @@ SHEAF_API struct sheaf_cache *sheaf_cache_of(const void *obj)
 		return NULL;
 	uintptr_t k = sheaf_page_key(obj);
 	return k ? ((struct sheaf_node *)k)->cache : NULL;
-}
-
-void sheaf_cache_for_each(void (*fn)(struct sheaf_cache *, void *), void *arg)
-{
-	pthread_mutex_lock(&sheaf_g.caches_lock);
-	struct sheaf_list *pos;
-	for (pos = sheaf_g.caches.next; pos != &sheaf_g.caches; pos = pos->next)
-		fn(sheaf_container_of(pos, struct sheaf_cache, cache_list), arg);
-	pthread_mutex_unlock(&sheaf_g.caches_lock);
-}
-
-/* fork: caches_lock is held by the caller. */
-void sheaf_caches_lock_all(void)
-{
-	struct sheaf_list *pos;
-	for (pos = sheaf_g.caches.next; pos != &sheaf_g.caches; pos = pos->next) {
-		struct sheaf_cache *c = sheaf_container_of(pos, struct sheaf_cache, cache_list);
-		pthread_mutex_lock(&c->pcs_lock);
-		for (int i = 0; i < sheaf_g.nnodes; i++) {
-			pthread_mutex_lock(&c->node[i]->barn.lock);
-			pthread_mutex_lock(&c->node[i]->list_lock);
-		}
-		pthread_mutex_lock(&c->prefilled_lock);
-	}
-}
-
-void sheaf_caches_unlock_all(void)
-{
-	struct sheaf_list *pos;
-	for (pos = sheaf_g.caches.prev; pos != &sheaf_g.caches; pos = pos->prev) {
-		struct sheaf_cache *c = sheaf_container_of(pos, struct sheaf_cache, cache_list);
-		pthread_mutex_unlock(&c->prefilled_lock);
-		for (int i = sheaf_g.nnodes - 1; i >= 0; i--) {
-			pthread_mutex_unlock(&c->node[i]->list_lock);
-			pthread_mutex_unlock(&c->node[i]->barn.lock);
-		}
-		pthread_mutex_unlock(&c->pcs_lock);
-	}
 }
 
 /* ---- Single-object allocation and free ------------------------------------------------ */
@@ -671,88 +604,6 @@ static void free_to_slab(struct sheaf_cache *c, void *obj)
 {
 	sheaf_slab_free_bulk(c, &obj, 1);
 	sheaf_stat_atomic(c, SHEAF_STAT_FREE_SLOWPATH, 1);
-}
-
-/* ---- Free checks (slab/freecheck.h) ---------------------------------------------------- */
-
-/* The RCU layer's search of its pending objects (registered by rcu/, which sits above
- * this layer): true if @obj waits for a grace period after a free_rcu. */
-bool (*sheaf_rcu_pending_hook)(struct sheaf_cache *c, const void *obj);
-
-struct find_arg {
-	const void *obj;
-	bool found;
-};
-
-static bool sheaf_holds(const struct sheaf_sheaf *s, const void *obj);
-
-static bool prefilled_hold(struct sheaf_cache *c, const void *obj)
-{
-	bool found = false;
-	pthread_mutex_lock(&c->prefilled_lock);
-	const struct sheaf_list *pos;
-	for (pos = c->prefilled.next; pos != &c->prefilled && !found; pos = pos->next)
-		found = sheaf_holds(sheaf_container_of(pos, struct sheaf_sheaf, link), obj);
-	pthread_mutex_unlock(&c->prefilled_lock);
-	return found;
-}
-
-static bool sheaf_holds(const struct sheaf_sheaf *s, const void *obj)
-{
-	if (!s)
-		return false;
-	uint32_t n = SHEAF_MIN(sheaf_rd(s->size), s->capacity);
-	for (uint32_t i = 0; i < n; i++)
-		if (__atomic_load_n(&s->objects[i], __ATOMIC_RELAXED) == obj)
-			return true;
-	return false;
-}
-
-static void find_in_pcs(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
-{
-	(void)c;
-	struct find_arg *f = arg;
-	if (f->found)
-		return;
-	f->found = sheaf_holds(pcs->main, f->obj) || sheaf_holds(pcs->spare, f->obj);
-}
-
-/* Is @obj, whose free mark holds the key, really free?  Searched everywhere a free
- * object of @c can be: every CPU's (or thread's) sheaves, every barn, its slab's free
- * list, the prefilled sheaves the program holds, and the RCU layer's pending objects.  Called with no Sheaf lock held; slow,
- * and only reached by a double free or by a live object that holds the key.  An
- * object that another thread is moving between these places at this very moment
- * (a flush, a refill) is not seen: docs/debugging.md. */
-static sheaf_noinline bool sheaf_free_confirm(struct sheaf_cache *c, const void *obj)
-{
-	struct find_arg f = { obj, false };
-	sheaf_pcs_for_each(c, find_in_pcs, &f);
-	for (int i = 0; !f.found && i < sheaf_g.nnodes; i++)
-		f.found = sheaf_barn_holds(&c->node[i]->barn, obj);
-	if (!f.found)
-		f.found = sheaf_slab_holds_free(c, obj);
-	if (!f.found)
-		f.found = prefilled_hold(c, obj);
-	if (!f.found && sheaf_rcu_pending_hook)
-		f.found = sheaf_rcu_pending_hook(c, obj);
-	return f.found;
-}
-
-bool sheaf_free_mark_check(struct sheaf_cache *c, const void *obj)
-{
-	if (sheaf_unlikely(*sheaf_mark_word(c, obj) == sheaf_free_key) && sheaf_free_confirm(c, obj)) {
-		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
-		return false;
-	}
-	return true;
-}
-
-bool sheaf_free_mark_take(struct sheaf_cache *c, void *obj)
-{
-	if (!sheaf_free_mark_check(c, obj))
-		return false;
-	*sheaf_mark_word(c, obj) = sheaf_free_key;
-	return true;
 }
 
 /* The pointer checks of every free: @obj lies in a slab of @c and is the start of an
@@ -890,7 +741,7 @@ SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj)
 	if (SHEAF_TRACK_ENABLED) {
 		/* Valgrind/ASan builds: mark the object free before it can enter a sheaf,
 		 * and undo it if the sequence fails (the slow path marks it again). */
-		if (sheaf_g.mode != SHEAF_MODE_PERCPU || !sheaf_track_cache(c) || c->free_mark ||
+		if (sheaf_reg.mode != SHEAF_MODE_PERCPU || !sheaf_track_cache(c) || c->free_mark ||
 		    (c->free_checks && !sheaf_obj_is_start(c, obj)))
 			goto slow;
 		if (sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
@@ -1234,7 +1085,7 @@ SHEAF_API void sheaf_cache_return(struct sheaf_cache *c, struct sheaf_prefilled 
 		sheaf_pcs_unlock(c, pcs);
 		return;
 	}
-	struct sheaf_barn *b = pcs ? sheaf_pcs_barn(c, pcs) : &local_mem_node(c)->barn;
+	struct sheaf_barn *b = pcs ? sheaf_pcs_barn(c, pcs) : local_mem_node(c)->barn;
 	if (pcs) {
 		sheaf_stat_add(pcs, SHEAF_STAT_SHEAF_RETURN_SLOW, 1);
 		sheaf_pcs_unlock(c, pcs);

@@ -9,15 +9,24 @@
  */
 #include <string.h>
 
-#include "internal.h"
+#include "cache/cache.h"
 
 static const uint32_t meta_sizes[] = { 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096 };
 #define META_NR (sizeof(meta_sizes) / sizeof(meta_sizes[0]))
 static struct sheaf_cache *meta_caches[META_NR];
 static atomic_size_t meta_big_bytes;
 
-struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, const struct sheaf_cache_args *args,
-						bool meta);
+static void *meta_alloc(size_t size);
+static void meta_free(void *p, size_t size);
+
+/* The layers below allocate their metadata through sheaf_percpu_hooks: registered
+ * first thing in sheaf_init.  Until sheaf_meta_init has created the caches, requests
+ * are mapped directly. */
+void sheaf_meta_register(void)
+{
+	sheaf_percpu_hooks.meta_alloc = meta_alloc;
+	sheaf_percpu_hooks.meta_free = meta_free;
+}
 
 void sheaf_meta_init(void)
 {
@@ -39,7 +48,7 @@ static inline int meta_class(size_t size)
 	return -1;
 }
 
-void *sheaf_meta_alloc(size_t size)
+static void *meta_alloc(size_t size)
 {
 	int k = meta_class(size);
 	if (k < 0 || !meta_caches[k]) {
@@ -55,7 +64,7 @@ void *sheaf_meta_alloc(size_t size)
 	return p;
 }
 
-void sheaf_meta_free(void *p, size_t size)
+static void meta_free(void *p, size_t size)
 {
 	if (!p)
 		return;

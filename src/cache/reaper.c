@@ -26,7 +26,7 @@
  * path, so an idle thread keeps its two sheaves of each cache; barns and free pages
  * still go back.
  *
- * Locking (docs/locking.md): the reaper walks sheaf_g.caches under caches_lock but
+ * Locking (docs/locking.md): the reaper walks sheaf_reg.caches under caches_lock but
  * holds it only to move from one cache to the next: it pins the cache it visits
  * (cache->reaping), drops the lock, probes and perhaps shrinks it (shrink runs
  * concurrently with everything but destroy), retakes the lock and moves on.
@@ -44,14 +44,15 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
+#include "cache/cache.h"
 
 static pthread_mutex_t reaper_lock = PTHREAD_MUTEX_INITIALIZER; /* protects the fields below */
 static pthread_cond_t reaper_cond;
 static pthread_t reaper_thread;
 static bool reaper_running;      /* a thread exists (joinable) */
 static bool reaper_stop;         /* ask it to exit */
-atomic_int sheaf_reaper_kicked; /* internal.h */
+atomic_int sheaf_reaper_kicked; /* cache/cache.h */
+struct sheaf_cache_hooks sheaf_cache_hooks;
 static atomic_ulong reaper_rounds;
 
 /* What changes when the cache's slow paths, barns or slabs are used, read racily and
@@ -67,9 +68,9 @@ static uint64_t probe(struct sheaf_cache *c, long *slabs)
 		struct sheaf_node *n = c->node[i];
 		long ns = atomic_load_explicit(&n->nr_slabs, memory_order_relaxed);
 		*slabs += ns;
-		s = sheaf_sig_mix(s, sheaf_rd(n->barn.nr_locks));
-		s = sheaf_sig_mix(s, sheaf_rd(n->barn.nr_full) |
-					     (uint64_t)sheaf_rd(n->barn.nr_empty) << 32);
+		s = sheaf_sig_mix(s, sheaf_rd(n->barn->nr_locks));
+		s = sheaf_sig_mix(s, sheaf_rd(n->barn->nr_full) |
+					     (uint64_t)sheaf_rd(n->barn->nr_empty) << 32);
 		s = sheaf_sig_mix(s, (uint64_t)ns ^ (uint64_t)sheaf_rd(n->nr_partial) << 32);
 	}
 	return s;
@@ -101,9 +102,9 @@ static void reap_one(struct sheaf_cache *c)
 
 static void reap_round(void)
 {
-	pthread_mutex_lock(&sheaf_g.caches_lock);
-	struct sheaf_list *pos = sheaf_g.caches.next;
-	while (pos != &sheaf_g.caches) {
+	pthread_mutex_lock(&sheaf_reg.caches_lock);
+	struct sheaf_list *pos = sheaf_reg.caches.next;
+	while (pos != &sheaf_reg.caches) {
 		struct sheaf_cache *c = sheaf_container_of(pos, struct sheaf_cache, cache_list);
 		if (c->is_meta) {
 			pos = pos->next;
@@ -112,14 +113,17 @@ static void reap_round(void)
 		/* Pinned, it stays on the list (destroy waits to unlink it), so its next
 		 * pointer is valid again once the lock is retaken. */
 		atomic_store_explicit(&c->reaping, 1, memory_order_relaxed);
-		pthread_mutex_unlock(&sheaf_g.caches_lock);
+		pthread_mutex_unlock(&sheaf_reg.caches_lock);
 		reap_one(c);
-		pthread_mutex_lock(&sheaf_g.caches_lock);
+		pthread_mutex_lock(&sheaf_reg.caches_lock);
 		pos = c->cache_list.next;
 		atomic_store_explicit(&c->reaping, 0, memory_order_release);
 	}
-	pthread_mutex_unlock(&sheaf_g.caches_lock);
-	sheaf_malloc_extent_cache_age();
+	pthread_mutex_unlock(&sheaf_reg.caches_lock);
+	/* malloc/'s extent cache, once the front end is initialised. */
+	void (*age)(void) = __atomic_load_n(&sheaf_cache_hooks.extent_cache_age, __ATOMIC_ACQUIRE);
+	if (age)
+		age();
 	atomic_fetch_add_explicit(&reaper_rounds, 1, memory_order_relaxed);
 }
 
@@ -207,7 +211,7 @@ unsigned long sheaf_reaper_rounds(void)
 void sheaf_reaper_fork_child(void)
 {
 	struct sheaf_list *pos;
-	for (pos = sheaf_g.caches.next; pos != &sheaf_g.caches; pos = pos->next)
+	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next)
 		atomic_store_explicit(&sheaf_container_of(pos, struct sheaf_cache, cache_list)->reaping,
 				      0, memory_order_relaxed);
 	reaper_running = false;
@@ -223,13 +227,13 @@ void sheaf_reaper_fork_child(void)
 void sheaf_reaper_unlink(struct sheaf_cache *c)
 {
 	for (;;) {
-		pthread_mutex_lock(&sheaf_g.caches_lock);
+		pthread_mutex_lock(&sheaf_reg.caches_lock);
 		if (!atomic_load_explicit(&c->reaping, memory_order_acquire)) {
 			sheaf_list_del(&c->cache_list);
-			pthread_mutex_unlock(&sheaf_g.caches_lock);
+			pthread_mutex_unlock(&sheaf_reg.caches_lock);
 			return;
 		}
-		pthread_mutex_unlock(&sheaf_g.caches_lock);
+		pthread_mutex_unlock(&sheaf_reg.caches_lock);
 		sched_yield();
 	}
 }

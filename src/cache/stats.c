@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cache/cache.h"
 
 static const char *const stat_names[SHEAF_STAT_NR] = {
 #define SHEAF_X_NAME(n, d) #n,
@@ -60,7 +60,7 @@ SHEAF_API int sheaf_stats_get(struct sheaf_cache *c, struct sheaf_stats *st)
 	uint64_t barn_objs = 0;
 	for (int i = 0; i < sheaf_g.nnodes; i++) {
 		sheaf_slab_node_counts(c->node[i], &tmp.slabs, &tmp.partial_slabs, &tmp.objects_inuse);
-		sheaf_barn_counts(&c->node[i]->barn, &tmp.barn_full, &tmp.barn_empty, &barn_objs, &tmp.barn_locks,
+		sheaf_barn_counts(c->node[i]->barn, &tmp.barn_full, &tmp.barn_empty, &barn_objs, &tmp.barn_locks,
 				  &tmp.barn_objects);
 	}
 	tmp.objects_in_barns = barn_objs;
@@ -194,11 +194,11 @@ SHEAF_API int sheaf_global_stats_get(struct sheaf_global_stats *st)
 		tmp.heap_returned = sheaf_heap.returned_bytes;
 		pthread_mutex_unlock(&sheaf_heap.lock);
 		tmp.meta_bytes = sheaf_meta_bytes();
-		pthread_mutex_lock(&sheaf_g.caches_lock);
+		pthread_mutex_lock(&sheaf_reg.caches_lock);
 		struct sheaf_list *pos;
-		for (pos = sheaf_g.caches.next; pos != &sheaf_g.caches; pos = pos->next)
+		for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next)
 			tmp.caches++;
-		pthread_mutex_unlock(&sheaf_g.caches_lock);
+		pthread_mutex_unlock(&sheaf_reg.caches_lock);
 		tmp.nodes = (uint64_t)sheaf_g.nnodes;
 		for (int i = 0; i < sheaf_g.nnodes; i++)
 			tmp.memory_nodes += sheaf_g.node_has_mem[i] ? 1 : 0;

@@ -72,8 +72,7 @@
 
 #include "sheaf.h"
 #include "sheaf_debug.h"
-#include "debug/debug_objects.h"
-#include "internal.h"
+#include "debug/debug.h"
 
 /* Buckets are keyed by 256-byte chunks: small enough that the records of
  * densely packed small objects do not pile up in one chain (a 4 KiB page of

@@ -7,7 +7,7 @@
  *  1. Size-class objects (<= 32 KiB, sizeclass.h): one Sheaf cache per class,
  *     created on first use, so malloc and free are the caches' per-CPU sheaf
  *     fast paths (K§2.1-2.6) plus a table lookup (inline, in
- *     malloc_internal.h).  The page map finds the owning cache of any
+ *     malloc/malloc.h).  The page map finds the owning cache of any
  *     pointer in O(1), and a pointer whose cache is not one of
  *     ours is reported, never followed.
  *  2. Extents (> 32 KiB, or alignment > 4 KiB): page-aligned anonymous
@@ -45,9 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
-#include "malloc/malloc_internal.h"
-#include "malloc/sizeclass.h"
+#include "malloc/malloc.h"
 
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
@@ -458,6 +456,8 @@ static void xc_init_locked(void)
 	xc.lru.lru_next = xc.lru.lru_prev = &xc.lru;
 	for (unsigned int i = 0; i < XC_BINS; i++)
 		xc.bin[i].bin_next = xc.bin[i].bin_prev = &xc.bin[i];
+	/* From the first cached extent on, the reaper ages the cache too (its hook). */
+	__atomic_store_n(&sheaf_cache_hooks.extent_cache_age, sheaf_malloc_extent_cache_age, __ATOMIC_RELEASE);
 }
 
 static size_t xc_home(uintptr_t key)
@@ -987,7 +987,7 @@ void sheaf_free_slowpath(void *p)
 	if (sheaf_unlikely(p == NULL))
 		return;
 	/* The reaper starts here, where no lock of ours is held, once the heap
-	 * is big enough (internal.h, reaper.c). */
+	 * is big enough (cache/cache.h, reaper.c). */
 	if (sheaf_unlikely(sheaf_reaper_wanted_by_malloc()) && !tls_creating)
 		sheaf_reaper_kick();
 	int *ep = sheaf_malloc_errno_ptr();
@@ -1034,7 +1034,7 @@ static bool class_ptr_ok(struct sheaf_cache *c, const void *p, const char *fn)
 		CTR_INC(errors);
 		return sheaf_free_mark_check(c, p);
 	}
-	/* ASan builds track freed objects themselves instead of the mark (base/track.h). */
+	/* ASan builds track freed objects themselves instead of the mark (slab/track.h). */
 	if (SHEAF_TRACK_ASAN && sheaf_track_cache(c) && sheaf_track_asan_ok(c) &&
 	    unlikely(sheaf_track_is_poisoned(p))) {
 		report(SHEAF_ERR_DOUBLE_FREE, fn, "the block is already free", p, c->name, (size_t)-1);
@@ -1186,7 +1186,7 @@ void sheaf_free_sized(void *p, size_t size)
 	*ep = e;
 }
 
-/* ---- POSIX and glibc conventions (malloc_internal.h) -------------------------------- */
+/* ---- POSIX and glibc conventions (malloc/malloc.h) -------------------------------- */
 
 int sheaf_malloc_trim(void)
 {

@@ -42,7 +42,7 @@
  *   - destroy drains every pcs (the caller guarantees no concurrent use of the cache);
  *   - thread exit (the pthread key destructor) drains the thread's pcs into the barns;
  *   - the child of fork drains the pcs of threads that did not survive the fork.
- * cache->pcs_lock protects the cache's list of pcs; sheaf_g.caches_lock serialises
+ * cache->pcs_lock protects the cache's list of pcs; sheaf_reg.caches_lock serialises
  * destroy against thread exit (lock order: design §4).
  */
 #include <errno.h>
@@ -50,8 +50,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "percpu/rseq.h"
+#include "percpu/percpu.h"
+
+struct sheaf_registry sheaf_reg = {
+	.caches_lock = PTHREAD_MUTEX_INITIALIZER,
+	.threads_lock = PTHREAD_MUTEX_INITIALIZER,
+};
+struct sheaf_percpu_hooks sheaf_percpu_hooks; /* set by sheaf_init and sheaf_rcu_init */
+
+void (*volatile sheaf_free_check_hook)(const void *obj, size_t size);
 
 static __thread struct sheaf_tcache *tls_tc;
 
@@ -100,8 +107,8 @@ static struct sheaf_sheaf pcpu_idle;
 
 int sheaf_percpu_init(void)
 {
-	sheaf_g.mode = SHEAF_MODE_PERTHREAD;
-	if (pthread_key_create(&sheaf_g.tkey, thread_exit_cb) != 0)
+	sheaf_reg.mode = SHEAF_MODE_PERTHREAD;
+	if (pthread_key_create(&sheaf_reg.tkey, thread_exit_cb) != 0)
 		return -EAGAIN;
 	const char *opt = sheaf_option_str(SHEAF_OPT_PERCPU);
 	bool forced_thread = opt && !strcmp(opt, "thread");
@@ -114,7 +121,7 @@ int sheaf_percpu_init(void)
 	if (forced_thread) {
 		snprintf(mode_why, sizeof(mode_why), "forced by SHEAF_PERCPU=thread");
 	} else if (r == 0) {
-		sheaf_g.mode = SHEAF_MODE_PERCPU;
+		sheaf_reg.mode = SHEAF_MODE_PERCPU;
 	} else if (forced_rseq) {
 		sheaf_os_print(
 			"sheaf: SHEAF_PERCPU=rseq is not available here (%s): using per-thread sheaves",
@@ -122,7 +129,7 @@ int sheaf_percpu_init(void)
 	}
 	if (sheaf_option_long(SHEAF_OPT_VERBOSE))
 		sheaf_os_print("sheaf: %s mode: %s",
-			       sheaf_g.mode == SHEAF_MODE_PERCPU ? "per-CPU" : "per-thread",
+			       sheaf_reg.mode == SHEAF_MODE_PERCPU ? "per-CPU" : "per-thread",
 			       mode_why);
 	return 0;
 }
@@ -146,11 +153,11 @@ static struct sheaf_tcache *tcache_create(void)
 		return NULL;
 	tc->owner = pthread_self();
 	sheaf_list_init(&tc->link);
-	pthread_mutex_lock(&sheaf_g.threads_lock);
-	sheaf_list_add(&tc->link, &sheaf_g.threads);
-	pthread_mutex_unlock(&sheaf_g.threads_lock);
+	pthread_mutex_lock(&sheaf_reg.threads_lock);
+	sheaf_list_add(&tc->link, &sheaf_reg.threads);
+	pthread_mutex_unlock(&sheaf_reg.threads_lock);
 	tls_tc = tc;
-	pthread_setspecific(sheaf_g.tkey, tc);
+	pthread_setspecific(sheaf_reg.tkey, tc);
 	return tc;
 }
 
@@ -168,10 +175,10 @@ static struct sheaf_pcs *pcs_create(struct sheaf_cache *c, struct sheaf_tcache *
 			sheaf_meta_free(tc->pcs, tc->n * sizeof(*t));
 		}
 		/* Published under caches_lock so destroy never sees a stale table. */
-		pthread_mutex_lock(&sheaf_g.caches_lock);
+		pthread_mutex_lock(&sheaf_reg.caches_lock);
 		tc->pcs = t;
 		tc->n = n;
-		pthread_mutex_unlock(&sheaf_g.caches_lock);
+		pthread_mutex_unlock(&sheaf_reg.caches_lock);
 	}
 	struct thread_pcs *tp = sheaf_meta_alloc(sizeof(*tp));
 	if (!tp)
@@ -361,7 +368,7 @@ static void cpu_unlock_remote(struct sheaf_cache *c, int k, struct sheaf_pcs *pc
 
 static bool percpu_cache(const struct sheaf_cache *c)
 {
-	return sheaf_g.mode == SHEAF_MODE_PERCPU && c->cpu_pcs;
+	return sheaf_reg.mode == SHEAF_MODE_PERCPU && c->cpu_pcs;
 }
 
 /* ---- Lock and unlock, both modes ------------------------------------------------------ */
@@ -370,14 +377,14 @@ static bool percpu_cache(const struct sheaf_cache *c)
  * only moves them here (list operations); they are drained at the child's next slow
  * path, after every atfork handler has run -- draining inside the handler could call a
  * free hook whose locks a later child handler has yet to release.
- * Protected by sheaf_g.threads_lock. */
+ * Protected by sheaf_reg.threads_lock. */
 static struct sheaf_list fork_orphans = { &fork_orphans, &fork_orphans };
 static atomic_int fork_orphans_pending;
 static void drain_fork_orphans(void);
 
 struct sheaf_pcs *sheaf_pcs_lock(struct sheaf_cache *c)
 {
-	if (sheaf_g.mode == SHEAF_MODE_PERCPU)
+	if (sheaf_reg.mode == SHEAF_MODE_PERCPU)
 		return cpu_lock_local(c);
 	if (sheaf_unlikely(atomic_load_explicit(&fork_orphans_pending, memory_order_relaxed)))
 		drain_fork_orphans();
@@ -433,7 +440,7 @@ static void pcs_free(struct sheaf_cache *c, struct sheaf_pcs *pcs, size_t bytes)
 /* Drain and free every pcs of @tc (thread exit, or a thread lost in fork). */
 static void tcache_destroy(struct sheaf_tcache *tc, bool owner_alive)
 {
-	pthread_mutex_lock(&sheaf_g.caches_lock);
+	pthread_mutex_lock(&sheaf_reg.caches_lock);
 	for (uint32_t i = 0; i < tc->n; i++) {
 		struct sheaf_pcs *pcs = tc->pcs[i];
 		if (!pcs)
@@ -446,10 +453,10 @@ static void tcache_destroy(struct sheaf_tcache *tc, bool owner_alive)
 		pcs_free(c, pcs, sizeof(struct thread_pcs));
 		tc->pcs[i] = NULL;
 	}
-	pthread_mutex_unlock(&sheaf_g.caches_lock);
-	pthread_mutex_lock(&sheaf_g.threads_lock);
+	pthread_mutex_unlock(&sheaf_reg.caches_lock);
+	pthread_mutex_lock(&sheaf_reg.threads_lock);
 	sheaf_list_del(&tc->link);
-	pthread_mutex_unlock(&sheaf_g.threads_lock);
+	pthread_mutex_unlock(&sheaf_reg.threads_lock);
 	/* Our own frees below must not look into the table being freed. */
 	if (owner_alive && tls_tc == tc)
 		tls_tc = NULL;
@@ -461,7 +468,7 @@ static void tcache_destroy(struct sheaf_tcache *tc, bool owner_alive)
 SHEAF_API void sheaf_thread_flush(void)
 {
 	struct sheaf_tcache *tc = tls_tc;
-	if (!tc || sheaf_g.mode != SHEAF_MODE_PERTHREAD)
+	if (!tc || sheaf_reg.mode != SHEAF_MODE_PERTHREAD)
 		return;
 	for (uint32_t i = 0; i < tc->n; i++) {
 		struct sheaf_pcs *pcs = tc->pcs[i];
@@ -517,15 +524,15 @@ void sheaf_pcs_shrink_all(struct sheaf_cache *c)
 /* Destroy: drain and free every pcs (no concurrent use of @c, by contract). */
 void sheaf_pcs_teardown_cache(struct sheaf_cache *c)
 {
-	pthread_mutex_lock(&sheaf_g.caches_lock);
-	pthread_mutex_lock(&sheaf_g.threads_lock);
+	pthread_mutex_lock(&sheaf_reg.caches_lock);
+	pthread_mutex_lock(&sheaf_reg.threads_lock);
 	struct sheaf_list *pos;
-	for (pos = sheaf_g.threads.next; pos != &sheaf_g.threads; pos = pos->next) {
+	for (pos = sheaf_reg.threads.next; pos != &sheaf_reg.threads; pos = pos->next) {
 		struct sheaf_tcache *tc = sheaf_container_of(pos, struct sheaf_tcache, link);
 		if (c->id < tc->n)
 			__atomic_store_n(&tc->pcs[c->id], NULL, __ATOMIC_RELEASE);
 	}
-	pthread_mutex_unlock(&sheaf_g.threads_lock);
+	pthread_mutex_unlock(&sheaf_reg.threads_lock);
 	/* Take the list out under pcs_lock, drain outside it: draining frees metadata,
 	 * whose caches' list locks fork takes after every pcs_lock (design §4). */
 	struct sheaf_list gone, *tmp;
@@ -557,7 +564,7 @@ void sheaf_pcs_teardown_cache(struct sheaf_cache *c)
 		c->cpu_pcs = NULL;
 		sheaf_meta_free(v, (size_t)sheaf_g.ncpus * sizeof(*v));
 	}
-	pthread_mutex_unlock(&sheaf_g.caches_lock);
+	pthread_mutex_unlock(&sheaf_reg.caches_lock);
 }
 
 /* Run @fn on every pcs of @c (statistics; racy reads of sheaf sizes are fine). */
@@ -588,7 +595,7 @@ int sheaf_pcs_setup_cache(struct sheaf_cache *c)
 	c->cpu_pcs = NULL;
 	/* Per-CPU slots for every possible CPU (a CPU that comes online later needs
 	 * nothing new); caches without sheaves (metadata, debug) never lock a CPU. */
-	if (sheaf_g.mode == SHEAF_MODE_PERCPU && c->capacity_default > 0)
+	if (sheaf_reg.mode == SHEAF_MODE_PERCPU && c->capacity_default > 0)
 		c->cpu_pcs = sheaf_meta_alloc((size_t)sheaf_g.ncpus * sizeof(*c->cpu_pcs));
 	/* Without cpu_pcs (per-thread mode, no sheaves, or no memory) every CPU stays
 	 * "locked": the fast paths always fail, as design §6 wants for per-thread mode. */
@@ -607,10 +614,10 @@ int sheaf_pcs_setup_cache(struct sheaf_cache *c)
  * sheaf_caches_lock_all() takes (pcs_lock is not used by per-CPU mode). */
 static void fork_lock_cpus(void)
 {
-	if (sheaf_g.mode != SHEAF_MODE_PERCPU)
+	if (sheaf_reg.mode != SHEAF_MODE_PERCPU)
 		return;
 	struct sheaf_list *pos;
-	for (pos = sheaf_g.caches.next; pos != &sheaf_g.caches; pos = pos->next) {
+	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next) {
 		struct sheaf_cache *c = sheaf_container_of(pos, struct sheaf_cache, cache_list);
 		if (!c->cpu_pcs)
 			continue;
@@ -623,11 +630,11 @@ static void fork_lock_cpus(void)
 
 static void fork_unlock_cpus(bool child)
 {
-	if (sheaf_g.mode != SHEAF_MODE_PERCPU)
+	if (sheaf_reg.mode != SHEAF_MODE_PERCPU)
 		return;
 	pthread_t self = pthread_self();
 	struct sheaf_list *pos;
-	for (pos = sheaf_g.caches.next; pos != &sheaf_g.caches; pos = pos->next) {
+	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next) {
 		struct sheaf_cache *c = sheaf_container_of(pos, struct sheaf_cache, cache_list);
 		if (!c->cpu_pcs)
 			continue;
@@ -652,12 +659,12 @@ static void fork_unlock_cpus(bool child)
  * Called with caches_lock held, which keeps every tcache table in place. */
 static void fork_quiesce_threads(void)
 {
-	if (sheaf_g.mode != SHEAF_MODE_PERTHREAD)
+	if (sheaf_reg.mode != SHEAF_MODE_PERTHREAD)
 		return;
 	atomic_store(&fork_pending, 1);
-	pthread_mutex_lock(&sheaf_g.threads_lock);
+	pthread_mutex_lock(&sheaf_reg.threads_lock);
 	struct sheaf_list *pos;
-	for (pos = sheaf_g.threads.next; pos != &sheaf_g.threads; pos = pos->next) {
+	for (pos = sheaf_reg.threads.next; pos != &sheaf_reg.threads; pos = pos->next) {
 		struct sheaf_tcache *tc = sheaf_container_of(pos, struct sheaf_tcache, link);
 		for (uint32_t i = 0; i < tc->n; i++) {
 			/* Acquire: pairs with pcs_create's release publication, so the new
@@ -667,27 +674,67 @@ static void fork_quiesce_threads(void)
 				spin < 64 ? cpu_relax() : (void)sched_yield();
 		}
 	}
-	pthread_mutex_unlock(&sheaf_g.threads_lock);
+	pthread_mutex_unlock(&sheaf_reg.threads_lock);
+}
+
+/* ---- The registry's walks ---------------------------------------------------------- */
+
+void sheaf_cache_for_each(void (*fn)(struct sheaf_cache *, void *), void *arg)
+{
+	pthread_mutex_lock(&sheaf_reg.caches_lock);
+	struct sheaf_list *pos;
+	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next)
+		fn(sheaf_container_of(pos, struct sheaf_cache, cache_list), arg);
+	pthread_mutex_unlock(&sheaf_reg.caches_lock);
+}
+
+/* fork: caches_lock is held by the caller. */
+void sheaf_caches_lock_all(void)
+{
+	struct sheaf_list *pos;
+	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next) {
+		struct sheaf_cache *c = sheaf_container_of(pos, struct sheaf_cache, cache_list);
+		pthread_mutex_lock(&c->pcs_lock);
+		for (int i = 0; i < sheaf_g.nnodes; i++) {
+			pthread_mutex_lock(&c->node[i]->barn->lock);
+			pthread_mutex_lock(&c->node[i]->list_lock);
+		}
+		pthread_mutex_lock(&c->prefilled_lock);
+	}
+}
+
+void sheaf_caches_unlock_all(void)
+{
+	struct sheaf_list *pos;
+	for (pos = sheaf_reg.caches.prev; pos != &sheaf_reg.caches; pos = pos->prev) {
+		struct sheaf_cache *c = sheaf_container_of(pos, struct sheaf_cache, cache_list);
+		pthread_mutex_unlock(&c->prefilled_lock);
+		for (int i = sheaf_g.nnodes - 1; i >= 0; i--) {
+			pthread_mutex_unlock(&c->node[i]->list_lock);
+			pthread_mutex_unlock(&c->node[i]->barn->lock);
+		}
+		pthread_mutex_unlock(&c->pcs_lock);
+	}
 }
 
 void sheaf_percpu_fork_prepare(void)
 {
-	pthread_mutex_lock(&sheaf_g.caches_lock);
+	pthread_mutex_lock(&sheaf_reg.caches_lock);
 	fork_quiesce_threads();
 	fork_lock_cpus();
 	sheaf_caches_lock_all();
-	pthread_mutex_lock(&sheaf_g.threads_lock);
+	pthread_mutex_lock(&sheaf_reg.threads_lock);
 	pthread_mutex_lock(&sheaf_heap.lock);
 }
 
 static void fork_release(bool child)
 {
 	pthread_mutex_unlock(&sheaf_heap.lock);
-	pthread_mutex_unlock(&sheaf_g.threads_lock);
+	pthread_mutex_unlock(&sheaf_reg.threads_lock);
 	sheaf_caches_unlock_all();
 	fork_unlock_cpus(child);
 	atomic_store(&fork_pending, 0);
-	pthread_mutex_unlock(&sheaf_g.caches_lock);
+	pthread_mutex_unlock(&sheaf_reg.caches_lock);
 }
 
 void sheaf_percpu_fork_parent(void)
@@ -700,12 +747,12 @@ static sheaf_noinline void drain_fork_orphans(void)
 {
 	for (;;) {
 		struct sheaf_tcache *victim = NULL;
-		pthread_mutex_lock(&sheaf_g.threads_lock);
+		pthread_mutex_lock(&sheaf_reg.threads_lock);
 		if (!sheaf_list_empty(&fork_orphans))
 			victim = sheaf_list_first(&fork_orphans, struct sheaf_tcache, link);
 		else
 			atomic_store(&fork_orphans_pending, 0);
-		pthread_mutex_unlock(&sheaf_g.threads_lock);
+		pthread_mutex_unlock(&sheaf_reg.threads_lock);
 		if (!victim)
 			break;
 		tcache_destroy(victim, false); /* unlinks it from fork_orphans */
@@ -714,14 +761,13 @@ static sheaf_noinline void drain_fork_orphans(void)
 
 void sheaf_percpu_fork_child(void)
 {
-	sheaf_reaper_fork_child(); /* still under caches_lock */
 	fork_release(true);
 	/* Threads other than this one are gone: their cached objects return to the barns
 	 * (lazily, see fork_orphans) instead of being stranded. */
 	struct sheaf_tcache *mine = tls_tc;
-	pthread_mutex_lock(&sheaf_g.threads_lock);
+	pthread_mutex_lock(&sheaf_reg.threads_lock);
 	struct sheaf_list *pos, *tmp;
-	sheaf_list_for_each_safe(pos, tmp, &sheaf_g.threads)
+	sheaf_list_for_each_safe(pos, tmp, &sheaf_reg.threads)
 	{
 		struct sheaf_tcache *tc = sheaf_container_of(pos, struct sheaf_tcache, link);
 		if (tc == mine)
@@ -731,7 +777,7 @@ void sheaf_percpu_fork_child(void)
 	}
 	if (!sheaf_list_empty(&fork_orphans))
 		atomic_store(&fork_orphans_pending, 1);
-	pthread_mutex_unlock(&sheaf_g.threads_lock);
+	pthread_mutex_unlock(&sheaf_reg.threads_lock);
 }
 
 /* ---- The reaper's probe (reaper.c) ---------------------------------------------- */

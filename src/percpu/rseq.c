@@ -24,8 +24,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "internal.h"
-#include "percpu/rseq.h"
+#include "percpu/percpu.h"
 
 /* glibc 2.35+ (weak: absent on older glibc, then per-thread mode). */
 extern const ptrdiff_t __rseq_offset __attribute__((weak));

@@ -42,18 +42,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "internal.h" /* struct sheaf_heap, struct sheaf_cache for the offsets */
+#include "barn/barn.h" /* struct sheaf_heap, sheaf_cache, sheaf_sheaf for the offsets */
 
-#if defined(__SANITIZE_THREAD__)
-#define SHEAF_RSEQ_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define SHEAF_RSEQ_TSAN 1
-#endif
-#endif
-#ifndef SHEAF_RSEQ_TSAN
-#define SHEAF_RSEQ_TSAN 0
-#endif
+#define SHEAF_RSEQ_TSAN SHEAF_TSAN
 
 #if defined(__x86_64__) && defined(__linux__) && !SHEAF_RSEQ_TSAN && !defined(SHEAF_NO_RSEQ)
 #define SHEAF_HAVE_RSEQ 1

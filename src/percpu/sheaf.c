@@ -11,7 +11,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "internal.h"
+#include "percpu/percpu.h"
 
 struct sheaf_sheaf *sheaf_sheaf_new(struct sheaf_cache *c, uint32_t capacity)
 {
@@ -63,20 +63,6 @@ unsigned sheaf_sheaf_refill(struct sheaf_cache *c, struct sheaf_node *n, struct 
 	return got;
 }
 
-bool sheaf_sheaf_is_valid(const struct sheaf_cache *c, const struct sheaf_sheaf *s)
-{
-	if (s == &sheaf_sentinel_sheaf)
-		return s->size == 0 && s->capacity == 0 && s->key == 0;
-	if (s->cache != c || s->size > s->capacity)
-		return false;
-	for (uint32_t i = 0; i < s->size; i++) {
-		uintptr_t k = sheaf_page_key(s->objects[i]);
-		if (!k || ((struct sheaf_node *)k)->cache != c)
-			return false;
-	}
-	return true;
-}
-
 /* ---- Statistics harvest (design §8) ------------------------------------------------- */
 
 void sheaf_pcs_harvest(struct sheaf_pcs *pcs)
@@ -98,7 +84,7 @@ void sheaf_pcs_rebase(struct sheaf_pcs *pcs)
 	sheaf_assert_expensive(sheaf_sheaf_is_valid(pcs->cache, pcs->main));
 	sheaf_assert_expensive(!pcs->spare || sheaf_sheaf_is_valid(pcs->cache, pcs->spare));
 	sheaf_assert_expensive(pcs->main == &sheaf_sentinel_sheaf ||
-			       sheaf_barn_is_valid(&pcs->cache->node[pcs->node]->barn, pcs->cache));
+			       sheaf_barn_is_valid(pcs->cache->node[pcs->node]->barn, pcs->cache));
 	pcs->nalloc_base = pcs->main->nalloc;
 	pcs->size_base = pcs->main->size;
 	sheaf_wr(pcs->cached, pcs->main->size + (pcs->spare ? pcs->spare->size : 0));
@@ -108,7 +94,7 @@ void sheaf_pcs_rebase(struct sheaf_pcs *pcs)
 
 struct sheaf_barn *sheaf_pcs_barn(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 {
-	return &c->node[pcs->node]->barn;
+	return c->node[pcs->node]->barn;
 }
 
 struct sheaf_node *sheaf_pcs_mem_node(struct sheaf_cache *c, struct sheaf_pcs *pcs)
@@ -389,7 +375,7 @@ void sheaf_pcs_drain(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool to_slabs
 {
 	sheaf_pcs_harvest(pcs);
 	if (pcs->rcu_free)
-		sheaf_rcu_flush_pcs(c, pcs);
+		sheaf_percpu_hooks.rcu_flush_pcs(c, pcs); /* rcu/ */
 	if (pcs->spare) {
 		drain_sheaf(c, pcs, pcs->spare, to_slabs);
 		pcs->spare = NULL;

@@ -38,7 +38,7 @@
  * for all of them; the barrier then returns them itself.  If the ticket's callback won
  * the race (RUNNING), the barrier waits for it to finish.  Nothing here is global: no
  * rcu_barrier(), no other cache is looked at, and the barrier returns at once when the
- * cache has nothing in flight.  The walk holds sheaf_g.caches_lock so that a thread
+ * cache has nothing in flight.  The walk holds sheaf_reg.caches_lock so that a thread
  * exiting concurrently (which unlinks its pcs, then drains it, both under caches_lock)
  * is either fully before or fully after it.
  *
@@ -67,7 +67,7 @@
  *  - Callbacks run on the call_rcu worker and use only barn, slab and metadata
  *    functions, never a pcs, so they are correct in the per-thread and per-CPU modes.
  *
- * Lock order: rcu_state.barrier_mutex -> sheaf_g.caches_lock -> cache->pcs_lock ->
+ * Lock order: rcu_state.barrier_mutex -> sheaf_reg.caches_lock -> cache->pcs_lock ->
  * pcs->rcu_lock -> barn/list locks (getting an empty sheaf) -> rcu_state.lock ->
  * metadata locks.  Callbacks take barn or list locks, then rcu_state.lock, never a pcs.
  *
@@ -82,9 +82,7 @@
 
 #include <urcu/urcu-memb.h>
 
-#include "internal.h"
-#include "base/track.h"
-#include "slab/freecheck.h"
+#include "rcu/rcu.h"
 
 #define RCU_FALLBACK_BATCH 64
 
@@ -169,7 +167,7 @@ enum {
 	TICKET_RUNNING,
 	TICKET_CLAIMING,
 	TICKET_ORPHANED,
-	TICKET_SEARCHING /* a double-free search reads the units (rcu_pending); back to OPEN */
+	TICKET_SEARCHING /* a double-free search reads the units (sheaf_rcu_pending); back to OPEN */
 };
 
 /* One call_rcu for every unit of a cache submitted since the previous one. */
@@ -316,7 +314,7 @@ static void pending_in_pcs(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *a
 /* Does @obj wait for a grace period after a free_rcu?  Every place of the path at the
  * top except units a barrier took back (they are in its hands until it returns them)
  * and a ticket whose callback already runs. */
-static bool rcu_pending(struct sheaf_cache *c, const void *obj)
+bool sheaf_rcu_pending(struct sheaf_cache *c, const void *obj)
 {
 	struct rcu_state *st = c->rcu_priv;
 	if (!st)
@@ -344,7 +342,6 @@ static bool rcu_pending(struct sheaf_cache *c, const void *obj)
 
 void sheaf_rcu_cache_init(struct sheaf_cache *c)
 {
-	sheaf_rcu_pending_hook = rcu_pending;
 	struct rcu_state *st = sheaf_meta_alloc(sizeof(*st));
 	if (st) {
 		pthread_mutex_init(&st->lock, NULL);
@@ -443,7 +440,7 @@ static long sheaf_gp_done(struct sheaf_cache *c, struct sheaf_sheaf *s)
 	sheaf_list_init(&s->link);
 	sheaf_stat_atomic(c, SHEAF_STAT_RCU_SHEAF_DONE, 1);
 	s->size = objs_prepare(c, s->objects, s->size);
-	struct sheaf_barn *b = &c->node[s->node]->barn;
+	struct sheaf_barn *b = c->node[s->node]->barn;
 	uint32_t cap = atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed);
 	if (s->size && b->enabled && s->capacity == cap && sheaf_rd(b->nr_full) < b->max_full) {
 		/* A sheaf that lost objects in objs_prepare still counts as full (K§4.3). */
@@ -750,7 +747,7 @@ static void flush_one(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
 }
 
 /* Submit every partly filled rcu sheaf and the fallback batch of @c.  Caller holds
- * sheaf_g.caches_lock (see the top: thread exit). */
+ * sheaf_reg.caches_lock (see the top: thread exit). */
 static void cache_flush_locked(struct sheaf_cache *c, void *arg)
 {
 	(void)arg;
@@ -795,9 +792,9 @@ static void cache_take(struct sheaf_cache *c, struct taken *tk)
 	units_init(&tk->u);
 	tk->submitted = 0;
 	tk->running = false;
-	pthread_mutex_lock(&sheaf_g.caches_lock);
+	pthread_mutex_lock(&sheaf_reg.caches_lock);
 	sheaf_pcs_for_each(c, take_one, tk);
-	pthread_mutex_unlock(&sheaf_g.caches_lock);
+	pthread_mutex_unlock(&sheaf_reg.caches_lock);
 
 	pthread_mutex_lock(&st->lock);
 	if (st->fb) {
@@ -868,11 +865,11 @@ SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 
 	pthread_mutex_lock(&st->barrier_mutex);
 	if (global) {
-		pthread_mutex_lock(&sheaf_g.caches_lock);
+		pthread_mutex_lock(&sheaf_reg.caches_lock);
 		if (all_caches) {
 			/* Seed 000 "before" (kvfree_rcu_barrier): every cache's rcu sheaves. */
 			struct sheaf_list *pos;
-			for (pos = sheaf_g.caches.next; pos != &sheaf_g.caches; pos = pos->next)
+			for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next)
 				cache_flush_locked(sheaf_container_of(pos, struct sheaf_cache,
 								      cache_list),
 						   NULL);
@@ -881,7 +878,7 @@ SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 		} else {
 			cache_flush_locked(c, NULL); /* Linux 7.0: this cache's sheaves */
 		}
-		pthread_mutex_unlock(&sheaf_g.caches_lock);
+		pthread_mutex_unlock(&sheaf_reg.caches_lock);
 		/* K§4.4: the global rcu_barrier().  liburcu's returns at once inside a
 		 * read-side section; wait_prepare() excluded that and took an online QSBR
 		 * thread offline. */
@@ -966,4 +963,13 @@ __attribute__((destructor)) static void rcu_free_unload(void)
 		ops->barrier_all(); /* a callback may queue the next ticket */
 	if (online)
 		ops->online();
+}
+
+/* ---- Hooks in the layers below -------------------------------------------------------- */
+
+void sheaf_rcu_init(void)
+{
+	sheaf_slab_hooks.defer_pages = sheaf_rcu_defer_pages;
+	sheaf_percpu_hooks.rcu_flush_pcs = sheaf_rcu_flush_pcs;
+	sheaf_percpu_hooks.rcu_pending = sheaf_rcu_pending;
 }

@@ -45,8 +45,7 @@
 #include <unistd.h>
 #include <dlfcn.h>
 
-#include "internal.h"
-#include "base/track.h"
+#include "slab/slab.h"
 
 #define POISON_FREE 0x6b
 #define POISON_END 0xa5

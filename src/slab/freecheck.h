@@ -27,7 +27,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "types.h"
+#include "slab/slab.h"
 
 /* sheaf_cache.free_mark: no mark; the mark in the second word (mark_offset 8: every
  * plain cache, which lets the fast paths use a constant offset); elsewhere. */
@@ -36,7 +36,7 @@
 #define SHEAF_MARK_AT    2
 
 /* The per-process key (never 0); set once at initialisation. */
-extern uint64_t sheaf_free_key;
+extern uint64_t sheaf_free_key sheaf_hidden; /* hidden: one RIP-relative load on the fast paths */
 
 /* @p (known to lie in a slab of @c) is exactly the start of one of its objects. */
 static inline bool sheaf_obj_is_start(const struct sheaf_cache *c, const void *p)

@@ -16,11 +16,14 @@
  *     the slab goes from full to partial or becomes empty (K§2.7).
  */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
-#include "internal.h"
-#include "base/track.h"
-#include "slab/freecheck.h"
+#include "slab/slab.h"
+
+struct sheaf_slab_hooks sheaf_slab_hooks; /* set by sheaf_rcu_init (rcu/) */
 
 #define FC_LOAD(s) atomic_load_explicit(&(s)->sl_fc, memory_order_acquire)
 
@@ -57,8 +60,7 @@ static inline size_t desc_index(const struct sheaf_slab *s) { return (size_t)(s 
 
 /* A new slab on memory node @n with its first @take objects already handed to objs[]
  * (take <= objs_per_slab).  Not on any list; the caller publishes it. */
-static struct sheaf_slab *slab_new(struct sheaf_cache *c, struct sheaf_node *n, void **objs, uint32_t take,
-				   struct sheaf_pcs *pcs)
+static struct sheaf_slab *slab_new(struct sheaf_cache *c, struct sheaf_node *n, void **objs, uint32_t take)
 {
 	char *mem = sheaf_page_alloc(c->order, n->nid);
 	if (!mem)
@@ -103,7 +105,7 @@ static struct sheaf_slab *slab_new(struct sheaf_cache *c, struct sheaf_node *n, 
 	for (uint32_t i = 0; i < npages; i++)
 		__atomic_store_n(&sheaf_heap.pagemap[pg + i], (uintptr_t)n, __ATOMIC_RELEASE);
 	atomic_fetch_add_explicit(&n->nr_slabs, 1, memory_order_relaxed);
-	sheaf_stat(c, pcs, SHEAF_STAT_ALLOC_SLAB, 1);
+	sheaf_stat_atomic(c, SHEAF_STAT_ALLOC_SLAB, 1);
 	return s;
 }
 
@@ -132,7 +134,7 @@ static void slab_discard(struct sheaf_cache *c, struct sheaf_slab *s)
 	sheaf_stat_atomic(c, SHEAF_STAT_FREE_SLAB, 1);
 	sheaf_track_slab_gone(c, mem, SHEAF_PAGE_SIZE << order);
 	if (c->flags & SHEAF_TYPESAFE_BY_RCU)
-		sheaf_rcu_defer_pages(c, s); /* readers may still look */
+		sheaf_slab_hooks.defer_pages(c, s); /* readers may still look (rcu/) */
 	else
 		sheaf_page_free(mem, order, n->nid);
 }
@@ -368,7 +370,7 @@ void *sheaf_slab_alloc_one(struct sheaf_cache *c, struct sheaf_node *n)
 		pthread_mutex_unlock(&n->list_lock);
 	}
 	void *obj;
-	struct sheaf_slab *s = slab_new(c, n, &obj, 1, NULL);
+	struct sheaf_slab *s = slab_new(c, n, &obj, 1);
 	if (!s)
 		return NULL;
 	if (c->objs_per_slab > 1) {
@@ -465,7 +467,7 @@ unsigned sheaf_slab_refill(struct sheaf_cache *c, struct sheaf_node *n, void **o
 	/* Step 5: new slabs until min is reached. */
 	while (got < min) {
 		uint32_t take = SHEAF_MIN(max - got, c->objs_per_slab);
-		struct sheaf_slab *s = slab_new(c, n, objs + got, take, NULL);
+		struct sheaf_slab *s = slab_new(c, n, objs + got, take);
 		if (!s)
 			break;
 		got += take;
@@ -576,4 +578,33 @@ bool sheaf_slab_node_is_valid(struct sheaf_node *n)
 		ok = false;
 	pthread_mutex_unlock(&n->list_lock);
 	return ok;
+}
+
+/* ---- Free checks and handles (freecheck.h) -------------------------------------- */
+
+/* slab/freecheck.h: the free mark, one random word per process. */
+uint64_t sheaf_free_key;
+
+void sheaf_free_key_init(void)
+{
+	uint64_t k = 0;
+	if (getrandom(&k, sizeof(k), GRND_NONBLOCK) != (ssize_t)sizeof(k))
+		k = sheaf_os_now_ns() * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)&k;
+	/* Never 0 (what an allocation writes), never a small or pointer-like value. */
+	sheaf_free_key = k | 0x8000000000000001ull;
+}
+
+/* Is @c a live cache?  Reports a NULL, destroyed or foreign handle (README "Errors"):
+ * the caller then does nothing. */
+bool sheaf_cache_check(const struct sheaf_cache *c)
+{
+	if (sheaf_likely(c && __atomic_load_n(&c->magic, __ATOMIC_ACQUIRE) == SHEAF_CACHE_LIVE))
+		return true;
+	if (!c)
+		sheaf_error(SHEAF_ERR_INVALID_CACHE, NULL, NULL, "NULL cache handle");
+	else if (c->magic == SHEAF_CACHE_DEAD)
+		sheaf_error(SHEAF_ERR_DESTROYED_CACHE, c->name, c, "the cache was destroyed");
+	else
+		sheaf_error(SHEAF_ERR_INVALID_CACHE, NULL, c, "not a cache handle");
+	return false;
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_debug_sanitizers.sh - memcheck and ASan see inside Sheaf (src/base/track.h,
+# test_debug_sanitizers.sh - memcheck and ASan see inside Sheaf (src/slab/track.h,
 # issue 7): a program with the heap bugs of the misuse tests (use after free,
 # read after free, overflow, double free, uninitialised read, and the same
 # through sheaf_malloc) is run

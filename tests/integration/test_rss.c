@@ -1,7 +1,7 @@
 /* Issue 3 point 5: after a burst of 1 GiB of 256-byte objects is freed and the cache
  * shrunk, RSS is back within 16 MiB of where it started. */
 #include "harness.h"
-#include "internal.h"
+#include "cache/cache.h"
 
 #include <sheaf.h>
 #include <sheaf_stats.h>

@@ -4,7 +4,7 @@
  * consumer node is memoryless (run by test_xcpu_numa.sh), >= 95 % of frees on the fast
  * path (D3). */
 #include "harness.h"
-#include "internal.h"
+#include "cache/cache.h"
 
 #include <sched.h>
 #include <sheaf.h>

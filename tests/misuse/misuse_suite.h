@@ -25,7 +25,7 @@
 #include "harness.h"
 #include "sheaf.h"
 #include "sheaf_stats.h"
-#include "types.h" /* struct sheaf_sheaf: the objects a prefilled sheaf holds */
+#include "barn/barn.h" /* struct sheaf_sheaf: the objects a prefilled sheaf holds */
 
 /* Internal (tests link the static library): switch the error mode in a child. */
 void sheaf_error_set_warn(int warn);

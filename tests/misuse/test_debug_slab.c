@@ -13,7 +13,7 @@
 #include <signal.h>
 
 #include "harness.h"
-#include "internal.h"
+#include "cache/cache.h"
 #include "sheaf.h"
 #include "sheaf_stats.h"
 

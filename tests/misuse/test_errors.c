@@ -2,7 +2,7 @@
  * (or, with SHEAF_ON_ERROR=warn, reports and leaks); checked in child processes.
  * Also: fork safety and memory exhaustion. */
 #include "harness.h"
-#include "internal.h"
+#include "cache/cache.h"
 
 #include <sheaf.h>
 #include <sheaf_stats.h>

@@ -6,7 +6,7 @@
  * child that sets the variable before Sheaf starts (options are read once).
  */
 #include "harness.h"
-#include "internal.h"
+#include "cache/cache.h"
 
 #include <sheaf.h>
 

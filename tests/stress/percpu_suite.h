@@ -25,8 +25,8 @@
 #define SHEAF_TEST_PERCPU_SUITE_H
 
 #include "harness.h"
-#include "internal.h"
-#include "percpu/rseq.h"
+#include "cache/cache.h"
+#include "percpu/percpu.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -180,7 +180,7 @@ static void ps_conservation(const char *when, bool final)
 			CHECK(st.events[SHEAF_STAT_ALLOC_SLAB] == st.events[SHEAF_STAT_FREE_SLAB]);
 			for (int n = 0; n < sheaf_g.nnodes; n++) {
 				CHECK(sheaf_slab_node_is_valid(c->node[n]));
-				CHECK(sheaf_barn_is_valid(&c->node[n]->barn, c));
+				CHECK(sheaf_barn_is_valid(c->node[n]->barn, c));
 			}
 		}
 	}

@@ -8,7 +8,7 @@
  * show one slot per thread, which is the contrast this bound is about.
  */
 #include "harness.h"
-#include "internal.h"
+#include "cache/cache.h"
 
 #include <pthread.h>
 #include <sched.h>

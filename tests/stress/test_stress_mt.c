@@ -3,7 +3,7 @@
  * bulk and prefilled sheaves mixed in, and a shrinker thread; at the end the
  * conservation check must balance. */
 #include "harness.h"
-#include "internal.h"
+#include "cache/cache.h"
 
 #include <sheaf.h>
 #include <sheaf_stats.h>
@@ -134,7 +134,7 @@ static void test_stress(void)
 		CHECK(st.events[SHEAF_STAT_ALLOC_SLAB] == st.events[SHEAF_STAT_FREE_SLAB]);
 		for (int n = 0; n < sheaf_g.nnodes; n++) {
 			CHECK(sheaf_slab_node_is_valid(c->node[n]));
-			CHECK(sheaf_barn_is_valid(&c->node[n]->barn, c));
+			CHECK(sheaf_barn_is_valid(c->node[n]->barn, c));
 		}
 		sheaf_cache_destroy(c);
 	}

@@ -1,7 +1,7 @@
 /* The cache API end to end: contents, bulk all-or-nothing, prefill guarantee (K§5),
  * conservation, statistics output. */
 #include "harness.h"
-#include "internal.h"
+#include "cache/cache.h"
 
 #include <sheaf.h>
 #include <sheaf_stats.h>

@@ -2,8 +2,8 @@
 #include "harness.h"
 
 #include <sched.h>
-#include "internal.h"
-#include "base/track.h"
+#include "cache/cache.h"
+#include "slab/track.h"
 
 #include <sheaf.h>
 #include <sheaf_stats.h>
@@ -116,7 +116,7 @@ static void test_slab_layer(void)
 static void test_barn_layer(void)
 {
 	struct sheaf_cache *c = mk("barn", 64, 8, 0);
-	struct sheaf_barn *b = &c->node[0]->barn;
+	struct sheaf_barn *b = c->node[0]->barn;
 	CHECK(b->enabled);
 	CHECK(b->max_full >= SHEAF_MAX_FULL_SHEAVES && b->max_full <= 256); /* D6 ceiling */
 	b->max_full = SHEAF_MAX_FULL_SHEAVES; /* this test exercises the limit itself */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_malloc_api.c - the contracts of the malloc front end (sheaf_malloc.h,
- * and the POSIX/glibc conventions in malloc_internal.h that the preload
+ * and the POSIX/glibc conventions in malloc/malloc.h that the preload
  * library exports): what glibc's malloc tests check, written anew.
  */
 #include <stdbool.h>
@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "harness.h"
-#include "malloc/malloc_internal.h"
+#include "malloc/malloc.h"
 #include "malloc/sizeclass.h"
 
 

@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "harness.h"
-#include "malloc/malloc_internal.h"
+#include "malloc/malloc.h"
 
 static void t_small_fail_large_work(void)
 {

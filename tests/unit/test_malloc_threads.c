@@ -11,7 +11,7 @@
 #include <stdatomic.h>
 
 #include "harness.h"
-#include "malloc/malloc_internal.h"
+#include "malloc/malloc.h"
 #include "malloc/sizeclass.h"
 
 

@@ -6,7 +6,7 @@
  * freeing it into the wrong place.
  */
 #include "harness.h"
-#include "malloc/malloc_internal.h"
+#include "malloc/malloc.h"
 
 static uint64_t errors(void)
 {

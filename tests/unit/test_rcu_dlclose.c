@@ -18,7 +18,7 @@
 #include <urcu/urcu-memb.h>
 
 #include "harness.h"
-#include "percpu/rseq.h"
+#include "percpu/percpu.h"
 #include "sheaf.h"
 
 typedef struct sheaf_cache *(*create_fn)(const char *, size_t, const struct sheaf_cache_args *);

@@ -2,7 +2,7 @@
  * sheaves, barn and free pages go back to the OS without a call; a cache is never
  * destroyed under it; a forked child gets its own. */
 #include "harness.h"
-#include "internal.h"
+#include "cache/cache.h"
 
 #include <dirent.h>
 #include <sheaf.h>

@@ -13,7 +13,7 @@
 #include <sys/resource.h>
 
 #include "harness.h"
-#include "malloc/malloc_internal.h"
+#include "malloc/malloc.h"
 #include "sheaf.h"
 
 #define MiB (1ul << 20)

@@ -52,7 +52,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "malloc/malloc_internal.h"
+#include "malloc/malloc.h"
 #include "preload.h"
 
 #define likely(x) __builtin_expect(!!(x), 1)

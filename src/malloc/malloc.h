@@ -1,25 +1,32 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * malloc_internal.h - the malloc front end's functions shared with the
- * preload library (src/malloc/preload/) and the unit tests.  The POSIX and glibc
+ * malloc/malloc.h - the malloc front end's interface (layer 9 of src/README.md): its
+ * functions shared with the preload library (preload/) and the unit tests.
+ *
+ * Owns: the size classes (sizeclass.h, sizeclass.c) and their caches, the inline
+ * malloc and free fast paths, large extents and their cache, the bootstrap arena,
+ * and the POSIX and glibc conventions; preload/ puts them under the C library's
+ * names.
+ *
+ * May call: every layer below (cache/ for the class caches, percpu/ for the fast
+ * paths, page/ for the page map).  Nothing calls it but preload/ and programs.
+ *
+ * The POSIX and glibc
  * entry points with their exact error conventions live here, so that the
  * preload library is a thin layer of names and counters and the conventions
  * are unit-tested without LD_PRELOAD.
  */
-#ifndef SHEAF_MALLOC_INTERNAL_H
-#define SHEAF_MALLOC_INTERNAL_H
+#ifndef SHEAF_LAYER_MALLOC_H
+#define SHEAF_LAYER_MALLOC_H
 
 #include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "internal.h"
-#include "percpu/rseq.h"
-#include "sheaf_malloc.h"
+#include "cache/cache.h"
 #include "malloc/sizeclass.h"
-#include "base/track.h"
-#include "slab/freecheck.h"
+#include "sheaf_malloc.h"
 
 /* ---- malloc.c: the fast paths, inline (no call before the sheaf pop or push) ----- */
 
@@ -186,6 +193,9 @@ void sheaf_malloc_counters_get(struct sheaf_malloc_counters *out);
 void sheaf_malloc_extent_cache_drain(void);
 /* Number and bytes of extents currently cached. */
 void sheaf_malloc_extent_cache_stat(size_t *count, size_t *bytes);
+/* Give back cached extents older than SHEAF_MALLOC_EXTENT_DELAY_NS (the reaper's
+ * tick, through sheaf_cache_hooks). */
+void sheaf_malloc_extent_cache_age(void);
 
 #define SHEAF_MALLOC_EXTENT_DELAY_NS 1000000000ull /* cached extents age out after 1 s */
 /* The extent cache holds as many bytes as the live extents take, at least
@@ -209,4 +219,4 @@ void sheaf_preload_foreign_free(void *ptr) __attribute__((weak));
  * every small malloc; from then on every unknown pointer is glibc's. */
 void *sheaf_preload_fallback_alloc(size_t n, size_t align) __attribute__((weak));
 
-#endif /* SHEAF_MALLOC_INTERNAL_H */
+#endif /* SHEAF_LAYER_MALLOC_H */

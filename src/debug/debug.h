@@ -1,18 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * debug_objects.h - the core's view of the debug-objects tracker (docs/debugging.md).
+ * debug/debug.h - the debug layer's interface (layer 8 of src/README.md).
+ *
+ * Owns: the debug-objects tracker (debug_objects.c; public API include/sheaf_debug.h):
+ * object states and their hash, the record pool that moves records in batches and
+ * throttles its frees, the fixups and the reports (docs/debugging.md).
+ *
+ * May call: cache/ (its records are objects of an ordinary cache) and everything
+ * below; it reaches into frees through sheaf_free_check_hook_set (percpu/).
  *
  * The public API is include/sheaf_debug.h.  When the program tracks its first
  * object, the tracker installs sheaf_debug_objects_check_free() in the core's
- * sheaf_free_check_hook (internal.h), so that every free of Sheaf memory
+ * sheaf_free_check_hook (percpu/percpu.h), so that every free of Sheaf memory
  * reports active tracked objects inside it (the kernel's
  * debug_check_no_obj_freed()); until then the core pays one load of a NULL
  * pointer per free, and nothing at all on the per-CPU fast path.
  */
-#ifndef SHEAF_DEBUG_OBJECTS_H
-#define SHEAF_DEBUG_OBJECTS_H
+#ifndef SHEAF_LAYER_DEBUG_H
+#define SHEAF_LAYER_DEBUG_H
 
-#include <stddef.h>
+#include "cache/cache.h"
 
 /* Report every active tracked object in [addr, addr + size) ("free" on an
  * active object, then its fixup_free), and stop tracking every object there.
@@ -20,4 +27,4 @@
  * the tracker's own records are ignored. */
 void sheaf_debug_objects_check_free(const void *addr, size_t size);
 
-#endif /* SHEAF_DEBUG_OBJECTS_H */
+#endif /* SHEAF_LAYER_DEBUG_H */

@@ -136,7 +136,7 @@
  *   sheaf_track_fp_open/close  around every read or write of a free slot's link
  *
  * All are empty inline functions unless a tool is selected. */
-#include "types.h"
+#include "slab/slab.h"
 
 /* ASan shadow has 8-byte granules: slots that share one cannot be told apart. */
 static inline bool sheaf_track_asan_ok(const struct sheaf_cache *c)

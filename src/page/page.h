@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * page/page.h - the page provider's interface (layer 2 of src/README.md).
+ *
+ * Owns: the reserved heap range, its 2 MiB blocks and buddy free lists, the page map
+ * (pointer -> owning cache node, O(1) for any pointer, docs/architecture.md) and the array of
+ * 64-byte page descriptors, which the slab layer uses as its slab records.
+ *
+ * May call: base/.  Its lock, sheaf_heap.lock, nests inside every other lock
+ * (docs/locking.md).
+ */
+#ifndef SHEAF_LAYER_PAGE_H
+#define SHEAF_LAYER_PAGE_H
+
+#include "base/base.h"
+
+struct sheaf_node; /* slab/slab.h: the page map's keys are cache nodes */
+
+/* ---- Page descriptor: one 64-byte record per heap page (K§1.1) ---------------------- */
+
+enum sheaf_page_kind {
+	SHEAF_PG_UNUSED = 0, /* never handed out, or inside a free block (not its head) */
+	SHEAF_PG_FREE,       /* head page of a free buddy block */
+	SHEAF_PG_SLAB,       /* first page of a slab: the whole record is the slab */
+	SHEAF_PG_TAIL,       /* other page of a slab: pg_head_delta leads to the first */
+};
+
+/* The sl_* fields belong to the slab layer (slab/), the pg_* fields to this one. */
+struct sheaf_slab {
+	_Atomic uint64_t sl_fc;       /* freelist head, inuse, objects, frozen (slab/slab.h) */
+	struct sheaf_node *sl_node;   /* owner; constant while the slab lives */
+	char *sl_base;                /* first slot */
+	union {
+		struct sheaf_list sl_list;  /* SLAB: node partial list, protected by list_lock.
+					       FREE: buddy free list, protected by sheaf_heap.lock */
+		void *sl_rcu[2];            /* a discarded TYPESAFE_BY_RCU slab waiting for its
+					       grace period: the rcu_head (rcu/rcu_free.c) */
+	};
+	uint32_t pg_head_delta;       /* TAIL: pages back to the slab's first page */
+	uint8_t pg_kind;              /* enum sheaf_page_kind; written under sheaf_heap.lock
+					 (FREE) or before the slab is published (SLAB/TAIL) */
+	uint8_t pg_order;             /* FREE/SLAB: block order */
+	uint8_t pg_dirty;             /* FREE: pages may be resident (not yet purged) */
+	uint8_t pg_node;              /* FREE/SLAB: memory node of the block */
+	uint8_t sl_on_partial;        /* protected by sl_node->list_lock */
+	uint8_t sl_pad[3];
+	uint64_t sl_pad2;
+} sheaf_aligned(SHEAF_CACHELINE);
+
+/* ---- page.c: the page heap ------------------------------------------------------------ */
+/* The heap is a window of address space, [base, base + cap), chosen at init and never
+ * reserved as a whole: 2 MiB blocks are mapped inside it one by one as slabs need them
+ * and unmapped when purged, and the page map and descriptors (flat arrays indexed by
+ * page) are mapped for the part covered so far, [base, base + size), which grows in
+ * steps.  So the heap takes from RLIMIT_AS what it uses (page.c has the reasons). */
+struct sheaf_heap {
+	char *base;                 /* the heap window, 2 MiB aligned; fixed after init */
+	size_t size;                /* bytes of the window covered by pagemap and desc; grows
+				       under lock, read racily (sheaf_rd) by the lookups */
+	size_t cap;                 /* window bytes (SHEAF_HEAP_GB): size never passes it */
+	uintptr_t *pagemap;         /* key per page: owning sheaf_node, 0 if not a slab page */
+	struct sheaf_slab *desc;    /* descriptor per page */
+	pthread_mutex_t lock;       /* protects everything below */
+	struct sheaf_list free_area[SHEAF_MAX_NODES][SHEAF_BLOCK_ORDER];
+	size_t next_block;          /* bump index of never-used blocks (read racily) */
+	uint32_t *free_blocks;      /* unmapped whole blocks, reusable by any node; entries
+				       with SHEAF_BLOCK_STILL_MAPPED set failed to unmap */
+	size_t nr_free_blocks, cap_free_blocks;
+	struct sheaf_list dirty_blocks[SHEAF_MAX_NODES]; /* free whole blocks not yet purged */
+	size_t dirty_bytes;         /* free but still resident (approximate) */
+	uint64_t dirty_since_ns;    /* when dirty_bytes last left 0 */
+	size_t mapped_bytes;        /* pages handed to slabs (read racily) */
+	size_t returned_bytes;      /* purged over the process life (read racily) */
+	size_t blocks_mapped;       /* blocks of address space held now (read racily) */
+	size_t holes;               /* blocks given up: something else was mapped there */
+	bool gate_closed;           /* sheaf_page_fast_gate(true): fast frees go slow */
+	unsigned purge_order;
+};
+#define SHEAF_BLOCK_STILL_MAPPED 0x80000000u
+extern struct sheaf_heap sheaf_heap;
+/* The free fast paths (percpu/rseq.h, malloc/malloc.h) accept a pointer p with
+ * p - sheaf_heap.base below this: the covered size, or 0 while the gate is closed. */
+extern uintptr_t sheaf_page_fast_limit;
+/* Close (or reopen) the free fast paths: every free then takes the slow path. */
+void sheaf_page_fast_gate(bool closed);
+int sheaf_page_init(void);
+void *sheaf_page_alloc(unsigned order, int nid);       /* NULL + ENOMEM on failure */
+void sheaf_page_free(void *p, unsigned order, int nid);
+void sheaf_page_purge_all(void);                        /* purge dirty free blocks */
+/* Fault injection for tests: the next @n page allocations succeed, then every one
+ * fails (as if the heap were full) until reset with -1. */
+void sheaf_os_inject_heap_failure(long n);
+
+/* O(1) pointer -> key, for any pointer (foreign ones give 0). */
+static inline uintptr_t sheaf_page_key(const void *p)
+{
+	uintptr_t off = (uintptr_t)p - (uintptr_t)sheaf_heap.base;
+	if (sheaf_unlikely(off >= sheaf_rd(sheaf_heap.size)))
+		return 0;
+	return __atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED);
+}
+/* The slab holding @p, or NULL if @p is not inside a live slab of Sheaf. */
+static inline struct sheaf_slab *sheaf_page_slab(const void *p)
+{
+	uintptr_t off = (uintptr_t)p - (uintptr_t)sheaf_heap.base;
+	if (sheaf_unlikely(off >= sheaf_rd(sheaf_heap.size)))
+		return NULL;
+	size_t pg = off >> SHEAF_PAGE_SHIFT;
+	if (!__atomic_load_n(&sheaf_heap.pagemap[pg], __ATOMIC_ACQUIRE))
+		return NULL;
+	struct sheaf_slab *d = &sheaf_heap.desc[pg];
+	if (sheaf_rd(d->pg_kind) == SHEAF_PG_TAIL)
+		d -= d->pg_head_delta;
+	return d;
+}
+
+#endif /* SHEAF_LAYER_PAGE_H */

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * freecheck.c - the free mark's confirmation (slab/freecheck.h has the checks).
+ *
+ * A free that finds the free mark in the object may be a double free, or a live object
+ * that happens to hold the key.  Before anything is reported, the object is searched
+ * for everywhere a free object of its cache can be: the sheaves of every CPU (or
+ * thread), every barn, its slab's free list, the prefilled sheaves the program holds,
+ * and the RCU layer's pending objects
+ * (through sheaf_percpu_hooks.rcu_pending).  Per-CPU layer: it is the lowest layer that
+ * sees all of these but the last.
+ */
+#include "percpu/percpu.h"
+
+struct find_arg {
+	const void *obj;
+	bool found;
+};
+
+static bool sheaf_holds(const struct sheaf_sheaf *s, const void *obj);
+
+static bool prefilled_hold(struct sheaf_cache *c, const void *obj)
+{
+	bool found = false;
+	pthread_mutex_lock(&c->prefilled_lock);
+	const struct sheaf_list *pos;
+	for (pos = c->prefilled.next; pos != &c->prefilled && !found; pos = pos->next)
+		found = sheaf_holds(sheaf_container_of(pos, struct sheaf_sheaf, link), obj);
+	pthread_mutex_unlock(&c->prefilled_lock);
+	return found;
+}
+
+static bool sheaf_holds(const struct sheaf_sheaf *s, const void *obj)
+{
+	if (!s)
+		return false;
+	uint32_t n = SHEAF_MIN(sheaf_rd(s->size), s->capacity);
+	for (uint32_t i = 0; i < n; i++)
+		if (__atomic_load_n(&s->objects[i], __ATOMIC_RELAXED) == obj)
+			return true;
+	return false;
+}
+
+static void find_in_pcs(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
+{
+	(void)c;
+	struct find_arg *f = arg;
+	if (f->found)
+		return;
+	f->found = sheaf_holds(pcs->main, f->obj) || sheaf_holds(pcs->spare, f->obj);
+}
+
+/* Is @obj, whose free mark holds the key, really free?  Searched everywhere a free
+ * object of @c can be: every CPU's (or thread's) sheaves, every barn, its slab's free
+ * list, the prefilled sheaves the program holds, and the RCU layer's pending objects.  Called with no Sheaf lock held; slow,
+ * and only reached by a double free or by a live object that holds the key.  An
+ * object that another thread is moving between these places at this very moment
+ * (a flush, a refill) is not seen: docs/debugging.md. */
+static sheaf_noinline bool sheaf_free_confirm(struct sheaf_cache *c, const void *obj)
+{
+	struct find_arg f = { obj, false };
+	sheaf_pcs_for_each(c, find_in_pcs, &f);
+	for (int i = 0; !f.found && i < sheaf_g.nnodes; i++)
+		f.found = sheaf_barn_holds(c->node[i]->barn, obj);
+	if (!f.found)
+		f.found = sheaf_slab_holds_free(c, obj);
+	if (!f.found)
+		f.found = prefilled_hold(c, obj);
+	if (!f.found && sheaf_percpu_hooks.rcu_pending) /* rcu/, registered at init */
+		f.found = sheaf_percpu_hooks.rcu_pending(c, obj);
+	return f.found;
+}
+
+bool sheaf_free_mark_check(struct sheaf_cache *c, const void *obj)
+{
+	if (sheaf_unlikely(*sheaf_mark_word(c, obj) == sheaf_free_key) && sheaf_free_confirm(c, obj)) {
+		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
+		return false;
+	}
+	return true;
+}
+
+bool sheaf_free_mark_take(struct sheaf_cache *c, void *obj)
+{
+	if (!sheaf_free_mark_check(c, obj))
+		return false;
+	*sheaf_mark_word(c, obj) = sheaf_free_key;
+	return true;
+}

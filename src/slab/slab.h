@@ -1,0 +1,190 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * slab/slab.h - the slab layer's interface (layer 3 of src/README.md).
+ *
+ * Owns: slabs and their hardened freelists, the per-node partial lists (list_lock),
+ * slab debugging (debug_slab.c: red zones, poison, owner tracking) and the memory
+ * annotations for Valgrind and ASan (track.h).  Defines the per-cache and per-node
+ * records (struct sheaf_cache, struct sheaf_node) that every layer above keeps its
+ * per-cache state in, as the kernel's struct kmem_cache: a layer touches only the
+ * fields of its own group and of the groups below it.
+ *
+ * May call: page/, base/.  Calls up only through sheaf_slab_hooks, set by the RCU
+ * layer at init (rcu/).
+ */
+#ifndef SHEAF_LAYER_SLAB_H
+#define SHEAF_LAYER_SLAB_H
+
+#include "page/page.h"
+
+struct sheaf_barn;  /* barn/barn.h */
+struct sheaf_sheaf; /* barn/barn.h */
+struct sheaf_pcs;   /* percpu/percpu.h */
+
+/* Internal cache flag (above the public ones): a size-class cache of the malloc front
+ * end, so that free() recognises one with a single test. */
+#define SHEAF_CACHE_MALLOC_CLASS 0x80000000u
+
+/* ---- Cache node: per node per cache (K§1.2); its address is the pagemap key --------- */
+
+struct sheaf_node {
+	struct sheaf_cache *cache;
+	/* The same cache if it is one of malloc's size classes (SHEAF_CACHE_MALLOC_CLASS),
+	 * else NULL: malloc's free fast path goes from the page map to the cache it
+	 * pushes to in two loads, with no flag test (malloc/malloc.h). */
+	struct sheaf_cache *malloc_cache;
+	int nid;                    /* this node */
+	int mem_nid;                /* node whose memory backs this node's slabs (itself, or the
+				       nearest memory node when this one is memoryless, D3) */
+	bool has_memory;
+	pthread_mutex_t list_lock;
+	struct sheaf_list partial;  /* protected by list_lock */
+	unsigned long nr_partial;   /* protected by list_lock; read racily */
+	atomic_long nr_slabs;       /* slabs of this node (memory nodes only) */
+	struct sheaf_barn *barn;    /* barn/: this node's barn, allocated with the node;
+				       constant while the cache lives */
+} sheaf_aligned(SHEAF_CACHELINE);
+
+/* ---- Slab descriptor: the freelist+counters word (K§1.1) ----------------------------- */
+
+/* head index | inuse | objects | frozen, in struct sheaf_slab's sl_fc (page/page.h). */
+#define SHEAF_FC_HEAD(w)    ((uint32_t)((w)&0xffffu))
+#define SHEAF_FC_INUSE(w)   ((uint32_t)(((w) >> 16) & 0xffffu))
+#define SHEAF_FC_OBJECTS(w) ((uint32_t)(((w) >> 32) & 0xffffu))
+#define SHEAF_FC_FROZEN(w)  ((uint32_t)(((w) >> 48) & 1u))
+#define SHEAF_FC_MAKE(head, inuse, objects, frozen)                                     \
+	((uint64_t)(head) | ((uint64_t)(inuse) << 16) | ((uint64_t)(objects) << 32) |   \
+	 ((uint64_t)(frozen) << 48))
+
+/* ---- Cache (K§1.6) ------------------------------------------------------------------ */
+
+/* sheaf_cache.magic: a live cache, and one destroyed (its descriptor is kept, so that
+ * later calls with the stale handle are recognised and reported, until a new cache
+ * reuses it). */
+#define SHEAF_CACHE_LIVE 0x5e4fcac1u
+#define SHEAF_CACHE_DEAD 0xdeadcac1u
+
+struct sheaf_cache {
+	/* Slab layer: geometry, read-mostly, written once at creation (cache/).  The free
+	 * checks' geometry comes first: the free fast path reads it (slab/freecheck.h). */
+	uint32_t magic;              /* SHEAF_CACHE_LIVE or SHEAF_CACHE_DEAD */
+	bool free_checks;            /* interior-pointer and mark checks on every free */
+	uint8_t free_mark;           /* ... and the free mark is used (not under ASan/memcheck,
+					which track freed objects themselves): SHEAF_MARK_* */
+	uint32_t mark_offset;        /* offset of the 8-byte free mark from the object start:
+					8 (in the object), or past the object (constructor,
+					TYPESAFE_BY_RCU: their free objects keep their bytes) */
+	uint32_t slot_recip;         /* ceil(2^32 / slot_size): slot index by a multiply */
+	uintptr_t slab_mask;         /* slab bytes - 1 (slabs are aligned to their size) */
+	size_t slot_size;            /* stride between slots */
+	uint32_t id;                 /* index into per-thread tables */
+	uint32_t flags;              /* SHEAF_* cache flags */
+	uint32_t debug_flags;        /* SHEAF_DEBUG_* in effect (debug caches have no sheaves) */
+	uint32_t order;              /* slab = SHEAF_PAGE_SIZE << order */
+	uint32_t objs_per_slab;
+	uint32_t min_partial;
+	uint32_t obj_offset;         /* user object offset within the slot (red zone) */
+	uint32_t freeptr_offset;     /* where a free slot keeps its next index */
+	uint32_t debug_offset;       /* debug metadata offset within the slot */
+	size_t object_size;          /* requested size */
+	size_t align;
+	/* Per-CPU layer (percpu/). */
+	atomic_uint sheaf_capacity;  /* capacity of new sheaves (D2: changeable at run time) */
+	uint32_t capacity_default;
+	/* Slab layer. */
+	void (*ctor)(void *);
+	uint64_t random;             /* freelist encoding secret */
+	char name[48];
+	bool kernel_compat;          /* SHEAF_KERNEL_COMPAT */
+
+	struct sheaf_node *node[SHEAF_MAX_NODES]; /* every node with CPUs or memory */
+
+	/* Per-CPU layer (percpu/). */
+	struct sheaf_list cache_list;  /* sheaf_reg.caches; protected by sheaf_reg.caches_lock */
+	pthread_mutex_t prefilled_lock;
+	struct sheaf_list prefilled;   /* prefilled sheaves lent to the program (through
+					  sheaf->link), for the double-free search;
+					  protected by prefilled_lock */
+	pthread_mutex_t pcs_lock;
+	struct sheaf_list pcs_list;    /* per-thread pcs; protected by pcs_lock */
+	struct sheaf_pcs **cpu_pcs;    /* per-CPU mode: one per possible CPU */
+
+	/* RCU layer (rcu/rcu_free.c). */
+	atomic_long rcu_inflight_sheaves; /* handed to call_rcu, callback not finished */
+	atomic_long rcu_inflight_objects; /* in rcu_free sheaves or waiting for a grace period */
+	void *rcu_priv;                   /* owned by rcu_free.c */
+
+	/* Cache layer: the background reaper (cache/reaper.c). */
+	atomic_int reaping;   /* the reaper is shrinking this cache; destroy waits for 0 */
+	bool is_meta;         /* an internal metadata cache (cache/meta.c): never reaped */
+	bool reap_seen;       /* the reaper's own (reaper.c), touched only while it pins the cache */
+	bool reap_clean;      /* the reaper's own: shrunk, untouched since */
+	uint64_t reap_sig;    /* the reaper's own: activity signature at its last visit */
+
+	/* Statistics: every layer counts here. */
+	_Atomic uint64_t stat_atomic[SHEAF_STAT_NR]; /* events outside any pcs */
+	/* Slow paths that found their CPU's lock held and yielded to its holder
+	 * (gauge pcs_lock_waits; percpu/percpu.c). */
+	_Atomic uint64_t pcs_lock_waits;
+	atomic_ulong bytes_returned;
+
+	/* Per-CPU layer: mainv[cpu + 2] is CPU cpu's main sheaf (design §6); mainv[0] and
+	 * mainv[1] serve the rseq cpu_id values -2 and -1 (registration failed / none)
+	 * and always hold the sentinel.  Sized for every possible CPU. */
+	struct sheaf_sheaf *mainv[];
+};
+
+static inline void sheaf_stat_atomic(struct sheaf_cache *c, enum sheaf_stat_item it, uint64_t v)
+{
+	atomic_fetch_add_explicit(&c->stat_atomic[it], v, memory_order_relaxed);
+}
+
+/* ---- slab.c: slabs and node partial lists (K§2.3, K§2.4, K§2.7) ---------------------- */
+void *sheaf_slab_alloc_one(struct sheaf_cache *c, struct sheaf_node *n);
+/* Take between @min and @max objects from @n's slabs into objs; returns the count
+ * (0 .. max), or fewer than min only when memory ran out (the objects taken are still
+ * returned). */
+unsigned sheaf_slab_refill(struct sheaf_cache *c, struct sheaf_node *n, void **objs, unsigned min,
+			   unsigned max);
+/* Give @cnt objects back to their slabs (any nodes), each lock once per batch. */
+void sheaf_slab_free_bulk(struct sheaf_cache *c, void **objs, unsigned cnt);
+/* Is @obj on its slab's free list (@obj lies in a slab of @c)?  Double-free search. */
+bool sheaf_slab_holds_free(struct sheaf_cache *c, const void *obj);
+/* Validate that @obj is an object slot of @c; returns its slab or NULL after reporting. */
+struct sheaf_slab *sheaf_slab_check_obj(struct sheaf_cache *c, const void *obj, const char *op);
+/* Discard completely free slabs of @n beyond @keep (shrink: keep 0). */
+void sheaf_slab_node_shrink(struct sheaf_node *n, unsigned long keep);
+/* Objects in use on slabs of @n and the slab counts (gauges). */
+void sheaf_slab_node_counts(struct sheaf_node *n, uint64_t *slabs, uint64_t *partial, uint64_t *inuse);
+bool sheaf_slab_is_valid(struct sheaf_cache *c, struct sheaf_slab *s);
+bool sheaf_slab_node_is_valid(struct sheaf_node *n);
+/* Release every slab of @n whose objects are all free; returns objects still in use. */
+uint64_t sheaf_slab_node_release(struct sheaf_node *n);
+
+/* A live cache handle?  NULL, destroyed and foreign handles are reported (false). */
+bool sheaf_cache_check(const struct sheaf_cache *c);
+/* Choose the free mark's key (sheaf_free_key, freecheck.h); once, at init. */
+void sheaf_free_key_init(void);
+
+/* Calls up, registered by the layers above at init. */
+struct sheaf_slab_hooks {
+	/* TYPESAFE_BY_RCU: give a discarded slab's pages back to the page provider only
+	 * after a grace period (rcu/, set by sheaf_rcu_init before any cache exists). */
+	void (*defer_pages)(struct sheaf_cache *c, struct sheaf_slab *s);
+};
+extern struct sheaf_slab_hooks sheaf_slab_hooks;
+
+/* ---- debug_slab.c (debug caches: no sheaves, every op on the slab path) ------------- */
+/* Set c->obj_offset, c->slot_size, c->freeptr_offset, c->debug_offset for c->debug_flags. */
+void sheaf_debug_slab_layout(struct sheaf_cache *c);
+void sheaf_debug_slab_init(struct sheaf_cache *c, void *first_slot, unsigned nslots);
+/* Nonzero: corruption was reported; the core leaks that object. */
+int sheaf_debug_slab_alloc(struct sheaf_cache *c, void *obj, const void *caller);
+int sheaf_debug_slab_free(struct sheaf_cache *c, void *obj, const void *caller);
+/* Debug flags selected for a cache name by SHEAF_SLAB_DEBUG. */
+unsigned sheaf_debug_slab_flags_for(const char *name);
+
+#include "slab/track.h"     /* annotations; need struct sheaf_cache above */
+#include "slab/freecheck.h" /* the checks of every free; the same */
+
+#endif /* SHEAF_LAYER_SLAB_H */
