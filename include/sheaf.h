@@ -60,8 +60,11 @@ struct sheaf_prefilled;
 
 /* The largest sheaf capacity (sheaf_cache_args.sheaf_capacity,
  * sheaf_cache_set_capacity, SHEAF_SHEAF_CAPACITY) and the largest prefill:
- * above it, EINVAL.  A sheaf of this many pointers is 32 KiB. */
+ * at most SHEAF_MAX_SHEAF_CAPACITY objects and SHEAF_MAX_SHEAF_BYTES of them
+ * (so that no refill commits more), else EINVAL.  SHEAF_SHEAF_CAPACITY is
+ * lowered to a cache's byte bound instead. */
 #define SHEAF_MAX_SHEAF_CAPACITY 4096u
+#define SHEAF_MAX_SHEAF_BYTES    (64u << 20)
 
 struct sheaf_cache_args {
 	size_t align;                /* 0: natural (8, or 16 for sizes >= 16) */
@@ -90,7 +93,8 @@ SHEAF_API void sheaf_cache_destroy(struct sheaf_cache *c);
 SHEAF_API void *sheaf_cache_alloc(struct sheaf_cache *c);
 SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj);
 
-/* All or nothing: returns @n with objs[0..n-1] filled, or 0 (errno ENOMEM). */
+/* All or nothing: returns @n with objs[0..n-1] filled, or 0 (errno ENOMEM; at
+ * once for more than half the machine's memory). */
 SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **objs);
 SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **objs);
 

@@ -11,8 +11,12 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cache/cache.h"
+
+/* Half the machine's memory (set at initialisation): the most one bulk call takes. */
+static size_t bulk_limit = SIZE_MAX;
 
 /* ---- Initialisation -------------------------------------------------------------- */
 
@@ -54,6 +58,9 @@ int sheaf_init(void)
 	sheaf_rcu_init();
 	sheaf_options_init();
 	sheaf_free_key_init();
+	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+	if (pages > 0 && psize > 0)
+		bulk_limit = (size_t)pages / 2 * (size_t)psize;
 	sheaf_list_init(&sheaf_reg.caches);
 	sheaf_list_init(&sheaf_reg.threads);
 	int r = sheaf_node_topology_init();
@@ -156,6 +163,13 @@ uint32_t sheaf_cache_default_capacity(const struct sheaf_cache *c)
 	uint32_t floor_n = (uint32_t)SHEAF_MIN(SHEAF_SHEAF_MIN_BYTES / c->slot_size,
 					       (size_t)SHEAF_SHEAF_FLOOR_MAX);
 	return round_capacity(SHEAF_MAX(SHEAF_MAX(tier, d1), floor_n));
+}
+
+/* A sheaf (and a prefill) of @n objects of @c: at most SHEAF_MAX_SHEAF_CAPACITY objects
+ * and SHEAF_MAX_SHEAF_BYTES of them, so that no refill commits more than that. */
+static bool capacity_ok(const struct sheaf_cache *c, size_t n)
+{
+	return n >= 1 && n <= SHEAF_MAX_SHEAF_CAPACITY && n * c->slot_size <= SHEAF_MAX_SHEAF_BYTES;
 }
 
 static int compute_layout(struct sheaf_cache *c, size_t size, const struct sheaf_cache_args *a)
@@ -339,12 +353,20 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 	c->free_mark = !mark ? SHEAF_MARK_NONE : c->mark_offset == 8 ? SHEAF_MARK_WORD1 : SHEAF_MARK_AT;
 	uint32_t cap = 0;
 	if (!meta && !c->debug_flags && !(c->flags & SHEAF_NO_SHEAVES)) {
-		if (args && args->sheaf_capacity)
+		if (args && args->sheaf_capacity) {
 			cap = args->sheaf_capacity;
-		else if (sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY) > 0)
+			if (!capacity_ok(c, cap)) {
+				sheaf_os_unmap(c, SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
+				errno = EINVAL;
+				return NULL;
+			}
+		} else if (sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY) > 0) {
+			/* The option applies to every cache: held to each one's byte bound. */
 			cap = (uint32_t)sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY);
-		else
+			cap = SHEAF_MIN(cap, (uint32_t)SHEAF_MAX((size_t)1, SHEAF_MAX_SHEAF_BYTES / c->slot_size));
+		} else {
 			cap = sheaf_cache_default_capacity(c);
+		}
 	}
 	c->capacity_default = cap;
 	atomic_store(&c->sheaf_capacity, cap);
@@ -485,7 +507,7 @@ SHEAF_API int sheaf_cache_set_capacity(struct sheaf_cache *c, unsigned int capac
 {
 	if (!sheaf_cache_check(c))
 		return -EINVAL;
-	if (capacity == 0 || capacity > SHEAF_MAX_SHEAF_CAPACITY || c->capacity_default == 0)
+	if (!capacity_ok(c, capacity) || c->capacity_default == 0)
 		return -EINVAL;
 	atomic_store(&c->sheaf_capacity, capacity);
 	return 0;
@@ -792,6 +814,12 @@ SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **
 		return 0;
 	if (!sheaf_cache_check(c))
 		return 0;
+	/* All or nothing: a request for more than half the machine's memory fails at once
+	 * instead of filling it first. */
+	if (n > bulk_limit / c->slot_size) {
+		errno = ENOMEM;
+		return 0;
+	}
 	size_t done = 0;
 	struct sheaf_pcs *pcs = NULL;
 	if (atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed) && !c->debug_flags)
@@ -1000,7 +1028,7 @@ static struct sheaf_prefilled *prefill_oversize(struct sheaf_cache *c, unsigned 
 
 SHEAF_API struct sheaf_prefilled *sheaf_cache_prefill(struct sheaf_cache *c, unsigned int n)
 {
-	if (!sheaf_cache_check(c) || n == 0 || n > SHEAF_MAX_SHEAF_CAPACITY) {
+	if (!sheaf_cache_check(c) || !capacity_ok(c, n)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -1108,7 +1136,7 @@ SHEAF_API int sheaf_cache_refill(struct sheaf_cache *c, struct sheaf_prefilled *
 {
 	if (!pp || !*pp || !prefilled_ok(c, to_sheaf(*pp)))
 		return -EINVAL;
-	if (n > SHEAF_MAX_SHEAF_CAPACITY)
+	if (!capacity_ok(c, n))
 		return -EINVAL;
 	struct sheaf_sheaf *s = to_sheaf(*pp);
 	if (s->size >= n)

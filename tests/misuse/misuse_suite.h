@@ -482,6 +482,24 @@ static void test_bounds(void)
 	CHECK(sheaf_cache_create("ms-zero", 0, NULL) == NULL && errno == EINVAL);
 	errno = 0;
 	CHECK(sheaf_cache_prefill(ms_a, SHEAF_MAX_SHEAF_CAPACITY + 1) == NULL && errno == EINVAL);
+	/* The byte bound: 1 MiB objects, 64 of them at most per sheaf or prefill. */
+	struct sheaf_cache_args big = { .sheaf_capacity = 65 };
+	errno = 0;
+	CHECK(sheaf_cache_create("ms-1m", 1u << 20, &big) == NULL && errno == EINVAL);
+	big.sheaf_capacity = 64;
+	struct sheaf_cache *m1 = sheaf_cache_create("ms-1m", 1u << 20, &big);
+	CHECK(m1 != NULL);
+	if (m1) {
+		CHECK(sheaf_cache_set_capacity(m1, 65) == -EINVAL);
+		errno = 0;
+		CHECK(sheaf_cache_prefill(m1, 65) == NULL && errno == EINVAL);
+		/* A bulk request beyond the machine's memory fails at once, with nothing
+		 * taken (a fill would run the machine out of memory first). */
+		static void *huge[1];
+		errno = 0;
+		CHECK(sheaf_cache_alloc_bulk(m1, (size_t)1 << 40, huge) == 0 && errno == ENOMEM);
+		sheaf_cache_destroy(m1);
+	}
 
 	/* Successful calls leave errno alone. */
 	errno = 1234;
