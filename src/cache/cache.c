@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cache/cache.h"
+#include "cache/introspect.h"
 
 /* Half the machine's memory (set at initialisation): the most one bulk call takes. */
 static size_t bulk_limit = SIZE_MAX;
@@ -75,6 +76,7 @@ int sheaf_init(void)
 	}
 	atomic_store_explicit(&sheaf_g.init_state, 2, memory_order_release);
 	pthread_mutex_unlock(&init_lock);
+	sheaf_introspect_link(); /* keeps the root sheafinfo reads (docs/introspection.md) */
 	sheaf_meta_init();
 	pthread_atfork(sheaf_percpu_fork_prepare, sheaf_percpu_fork_parent, cache_fork_child);
 	atexit(stats_at_exit);
