@@ -383,6 +383,22 @@ static void ext_set_len(const void *p, size_t len)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* Extents the program holds: how many and their mapped bytes (mallinfo's hblks and
+ * hblkhd).  Walks every shard's table under its lock: for introspection only. */
+void sheaf_malloc_extent_live_stat(size_t *count, size_t *bytes)
+{
+	*count = *bytes = 0;
+	for (unsigned int i = 0; i < EXT_SHARDS; i++) {
+		struct ext_shard *s = &ext_shards[i];
+		pthread_mutex_lock(&s->lock);
+		for (size_t k = 0; k < s->cap; k++)
+			if (s->tab[k].addr > EXT_DEAD)
+				*bytes += s->tab[k].len;
+		*count += s->live;
+		pthread_mutex_unlock(&s->lock);
+	}
+}
+
 /* ---- Extent cache ------------------------------------------------------------------ */
 
 /* Extent lengths are whole pages up to 16 KiB, then four steps per power of

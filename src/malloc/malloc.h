@@ -196,6 +196,8 @@ void sheaf_malloc_extent_cache_stat(size_t *count, size_t *bytes);
 /* Give back cached extents older than SHEAF_MALLOC_EXTENT_DELAY_NS (the reaper's
  * tick, through sheaf_cache_hooks). */
 void sheaf_malloc_extent_cache_age(void);
+/* Extents in use: count and mapped bytes (src/malloc/preload/mallinfo.c). */
+void sheaf_malloc_extent_live_stat(size_t *count, size_t *bytes);
 
 #define SHEAF_MALLOC_EXTENT_DELAY_NS 1000000000ull /* cached extents age out after 1 s */
 /* The extent cache holds as many bytes as the live extents take, at least

@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mallinfo_check.c - run under libsheaf-malloc.so by
+ * tests/integration/test_preload_mallinfo.sh: mallinfo2().uordblks follows the
+ * program's allocations up and down, extents show in hblks/hblkhd, mallinfo agrees,
+ * malloc_info writes glibc's XML shape with Sheaf's size classes, and a bad option
+ * gives EINVAL.  Prints one "ok" line per check; exits 1 at the first failure.
+ * Without the preload glibc's arena would not see Sheaf's objects at all, so the
+ * first check fails if the replacement goes away.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N    20000
+#define SIZE 200     /* class 224 */
+#define BIG  (4u << 20)
+
+static int fails;
+
+static void check(int cond, const char *what, long long a, long long b)
+{
+	printf("%s %s (%lld, %lld)\n", cond ? "ok" : "not ok", what, a, b);
+	if (!cond)
+		fails++;
+}
+
+int main(void)
+{
+	static void *v[N];
+	struct mallinfo2 m0 = mallinfo2();
+	for (int i = 0; i < N; i++) {
+		v[i] = malloc(SIZE);
+		if (!v[i])
+			return 1;
+		memset(v[i], 1, SIZE);
+	}
+	struct mallinfo2 m1 = mallinfo2();
+	long long grew = (long long)m1.uordblks - (long long)m0.uordblks;
+	/* Each 200-byte block takes a 224-byte slot of its class. */
+	check(grew >= (long long)N * SIZE && grew <= (long long)N * 256 + 65536,
+	      "uordblks grew by the blocks allocated", grew, (long long)N * SIZE);
+	check(m1.arena >= m1.uordblks && m1.fordblks == m1.arena - m1.uordblks,
+	      "arena = uordblks + fordblks", (long long)m1.arena, (long long)m1.uordblks);
+
+	for (int i = 0; i < N / 2; i++)
+		free(v[i]);
+	struct mallinfo2 m2 = mallinfo2();
+	long long fell = (long long)m1.uordblks - (long long)m2.uordblks;
+	check(fell >= (long long)(N / 2) * SIZE && fell <= (long long)(N / 2) * 256 + 65536,
+	      "uordblks fell by the blocks freed", fell, (long long)(N / 2) * SIZE);
+	for (int i = N / 2; i < N; i++)
+		free(v[i]);
+	struct mallinfo2 m3 = mallinfo2();
+	long long back = (long long)m3.uordblks - (long long)m0.uordblks;
+	check(back > -65536 && back < 65536, "uordblks back where it started", back, 0);
+
+	void *big = malloc(BIG);
+	struct mallinfo2 m4 = mallinfo2();
+	check(big && m4.hblks >= m3.hblks + 1 && m4.hblkhd >= m3.hblkhd + BIG,
+	      "a large block shows in hblks and hblkhd", (long long)m4.hblks, (long long)m4.hblkhd);
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+	struct mallinfo old = mallinfo();
+#pragma GCC diagnostic pop
+	long long d = (long long)old.uordblks - (long long)m4.uordblks;
+	check(d > -65536 && d < 65536 && old.hblks == (int)m4.hblks, "mallinfo agrees with mallinfo2",
+	      (long long)old.uordblks, (long long)m4.uordblks);
+	free(big);
+
+	char *xml = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&xml, &len);
+	int r = f ? malloc_info(0, f) : -1;
+	if (f)
+		fclose(f);
+	check(r == 0 && xml && strstr(xml, "<malloc version=\"1\">") && strstr(xml, "</malloc>") &&
+		      strstr(xml, "<total type=\"mmap\"") && strstr(xml, " to=\"224\""),
+	      "malloc_info writes glibc's XML with Sheaf's classes", r, (long long)len);
+	free(xml);
+	errno = 0;
+	r = malloc_info(1, stdout);
+	check(r == -1 && errno == EINVAL, "malloc_info(1, ...) is EINVAL", r, errno);
+	malloc_stats();
+	return fails ? 1 : 0;
+}
