@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # test_install.sh BUILD_DIR SOURCE_DIR
 #
-# Checks what issue 3 promises a user of `cmake --install build --prefix P`:
+# Checks what issues 3 and 19 promise a user of `cmake --install build --prefix P`:
 # P/include/{sheaf,sheaf_stats,sheaf_malloc}.h, P/lib/libsheaf.so,
 # P/lib/libsheaf.a and P/lib/pkgconfig/sheaf.pc; that each installed header
 # compiles on its own, from C and from C++; and that a small program built only
 # with `pkg-config sheaf` runs, linked against the shared library and, with
-# `pkg-config --static`, against libsheaf.a.  Every check prints one line; any
+# `pkg-config --static`, against libsheaf.a; and that examples/cmake-consumer builds
+# with find_package(Sheaf CONFIG) against the install moved elsewhere (relocatable)
+# and runs with each imported target.  Every check prints one line; any
 # failure fails the test (nothing is skipped).
 set -uo pipefail
 
@@ -220,6 +222,42 @@ if "$CC" -std=c11 -Wall -Wextra -Werror "${san[@]}" $pcflags "$tmp/user.c" -o "$
 else
 	cat "$tmp/cc.err"
 	bad "user program does not link statically against libsheaf.a"
+fi
+
+# ---- the CMake package (issue 19) -------------------------------------------------------
+for f in lib/cmake/Sheaf/SheafConfig.cmake lib/cmake/Sheaf/SheafConfigVersion.cmake \
+	lib/cmake/Sheaf/SheafTargets.cmake bin/sheafinfo; do
+	if [ -e "$P/$f" ]; then ok "P/$f"; else bad "P/$f missing"; fi
+done
+# Relocatable: the installed tree is moved before anything uses it.
+mv "$P" "$tmp/moved"
+Q=$tmp/moved
+flags="${san[*]}"
+if cmake -S "$src/examples/cmake-consumer" -B "$tmp/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$Q" \
+	-DCMAKE_C_COMPILER="$CC" -DCMAKE_C_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" \
+	>"$tmp/consumer.log" 2>&1 && cmake --build "$tmp/consumer" >>"$tmp/consumer.log" 2>&1; then
+	ok "examples/cmake-consumer builds with find_package(Sheaf CONFIG) from a moved install: $(sed -n 's/^-- Sheaf/Sheaf/p' "$tmp/consumer.log")"
+	run_user "CMake consumer (Sheaf::sheaf)" "$tmp/consumer/consumer"
+	run_user "CMake consumer (Sheaf::sheaf-static)" "$tmp/consumer/consumer-static"
+	if [ ${#san[@]} -eq 0 ]; then
+		run_user "CMake consumer (Sheaf::sheaf-malloc)" "$tmp/consumer/consumer-malloc"
+	else
+		echo "# consumer-malloc not run: the sanitizer owns malloc in this build"
+	fi
+else
+	cat "$tmp/consumer.log"
+	bad "examples/cmake-consumer does not build against the installed CMake package"
+fi
+# The version file: an incompatible request is refused.
+mkdir -p "$tmp/v"
+printf 'cmake_minimum_required(VERSION 3.21)\nproject(v LANGUAGES C)\nfind_package(Sheaf 99 CONFIG REQUIRED)\n' >"$tmp/v/CMakeLists.txt"
+if cmake -S "$tmp/v" -B "$tmp/v/b" -DCMAKE_PREFIX_PATH="$Q" >"$tmp/v.log" 2>&1; then
+	bad "find_package(Sheaf 99) succeeded: the version file does not check"
+elif grep -q "considered but not accepted" "$tmp/v.log"; then
+	ok "find_package(Sheaf 99) is refused (SheafConfigVersion.cmake: 0.1.0)"
+else
+	cat "$tmp/v.log"
+	bad "find_package(Sheaf 99) failed for another reason"
 fi
 
 echo "1..$checks"
