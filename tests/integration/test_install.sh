@@ -226,7 +226,7 @@ fi
 
 # ---- the CMake package (issue 19) -------------------------------------------------------
 for f in lib/cmake/Sheaf/SheafConfig.cmake lib/cmake/Sheaf/SheafConfigVersion.cmake \
-	lib/cmake/Sheaf/SheafTargets.cmake bin/sheafinfo; do
+	lib/cmake/Sheaf/SheafTargets.cmake bin/sheafinfo share/man/man1/sheafinfo.1 share/man/man3/sheaf.3; do
 	if [ -e "$P/$f" ]; then ok "P/$f"; else bad "P/$f missing"; fi
 done
 # Relocatable: the installed tree is moved before anything uses it.
