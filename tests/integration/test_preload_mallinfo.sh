@@ -5,7 +5,7 @@
 # malloc_stats prints glibc's lines plus Sheaf's classes (src/malloc/preload/mallinfo.c).
 . "$2/src/malloc/preload/preload_test_lib.sh" "$1" "$2"
 
-check=$BUILD/src/preload/sheaf-preload-mallinfo-check
+check=$BUILD/src/malloc/preload/sheaf-preload-mallinfo-check
 out=$(preloaded "$check" 2>"$WORK/stats.err") || {
 	echo "$out"
 	cat "$WORK/stats.err"

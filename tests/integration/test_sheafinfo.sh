@@ -11,7 +11,7 @@ set -uo pipefail
 build=$(cd "$1" && pwd) || exit 1
 src=$(cd "$2" && pwd) || exit 1
 INFO=$build/tools/sheafinfo/sheafinfo
-PRELOAD=$build/src/preload/libsheaf-malloc.so
+PRELOAD=$build/src/malloc/preload/libsheaf-malloc.so
 [ -f "$PRELOAD" ] || PRELOAD=$(find "$build" -name libsheaf-malloc.so -print -quit)
 
 fails=0 checks=0

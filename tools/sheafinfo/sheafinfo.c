@@ -766,12 +766,27 @@ static uint64_t used_objs(const struct cache_info *c)
 	return c->objects_inuse > c->objects_cached ? c->objects_inuse - c->objects_cached : 0;
 }
 
+/* Events that mark one entry into the slow path of a sheaf operation: the main sheaf
+ * was empty or full and had to be exchanged (swap with the spare, or a trip to the
+ * barn, which a refill or flush follows when it fails). */
+static const char *const slow_entry_events[] = {
+	"SHEAF_SWAP", "BARN_GET", "BARN_GET_FAIL", "BARN_PUT", "BARN_PUT_FAIL",
+};
+
+/* Allocations and frees (*all), and how many of them the fast path served without
+ * entering the slow path: operations served by slabs (ALLOC_SLOWPATH, FREE_SLOWPATH)
+ * and sheaf exchanges count as misses (docs/introspection.md). */
 static uint64_t fast_ops(const struct cache_info *c, uint64_t *all)
 {
-	const struct sheaf_ix_root *ix = &inst[c->inst].ix;
-	uint64_t fast = c->ev[ix->ev_alloc_fast] + c->ev[ix->ev_free_fast];
-	*all = fast + c->ev[ix->ev_alloc_slow] + c->ev[ix->ev_free_slow];
-	return fast;
+	const struct instance *in = &inst[c->inst];
+	const struct sheaf_ix_root *ix = &in->ix;
+	uint64_t slow = c->ev[ix->ev_alloc_slow] + c->ev[ix->ev_free_slow];
+	*all = c->ev[ix->ev_alloc_fast] + c->ev[ix->ev_free_fast] + slow;
+	for (uint32_t e = 0; e < ix->stat_nr; e++)
+		for (size_t k = 0; k < sizeof(slow_entry_events) / sizeof(slow_entry_events[0]); k++)
+			if (!strcmp(in->ev_name[e], slow_entry_events[k]))
+				slow += c->ev[e];
+	return slow < *all ? *all - slow : 0;
 }
 
 /* Fast-path hit rate in per mille, or -1 before any allocation or free. */
