@@ -8,7 +8,7 @@
 #                       "debug" is also available)
 #   SHEAF_JOBS          parallel build jobs and tests (default 2: the CI machine)
 # Exits non-zero if any configure, build or test fails, or if a preset ran no test.
-# Logs: build/logs/<preset>-{configure,build,test}.log
+# Logs: build/logs/<preset>-{configure,build,test}.log, build/logs/package.log
 set -uo pipefail
 
 # ---- Sanitizer run-time options (one place; exported only for their preset) ----
@@ -104,6 +104,24 @@ for p in $PRESETS; do
 	summary+=("$(printf '%-8s %-4s %-8s %s' "$p" "$status" "$(fmt_time $dt)" "$detail")")
 	[ $status = ok ] || bad+=("$p")
 done
+
+# The Debian package (issue 19): cpack from the release tree, installed (dpkg -i as
+# root, else unpacked) and used by examples/cmake-consumer; one step, counted as one
+# test.  Skipped when the release preset did not pass or ctest arguments chose a subset.
+if [[ " $PRESETS " == *" release "* && " ${bad[*]:-} " != *" release "* && $# -eq 0 ]]; then
+	t0=$SECONDS
+	echo
+	echo "== [package] cpack -G DEB, install it, build examples/cmake-consumer against it"
+	if scripts/test-package.sh build/release >build/logs/package.log 2>&1; then
+		status=ok total_pass=$((total_pass + 1))
+	else
+		grep -v '^ok ' build/logs/package.log | tail -n 30
+		status=FAIL total_fail=$((total_fail + 1)) bad+=(package)
+	fi
+	detail=$(grep '^# [0-9]* checks' build/logs/package.log | tail -n 1)
+	echo "== [package] $status: $detail ($(fmt_time $((SECONDS - t0))))"
+	summary+=("$(printf '%-8s %-4s %-8s %s' package "$status" "$(fmt_time $((SECONDS - t0)))" "$detail (build/logs/package.log)")")
+fi
 
 echo
 echo "== Summary"
