@@ -24,6 +24,9 @@ PACKAGES=(
 	dpdk-dev libdpdk-dev  # rte_mempool peer for the object-cache API
 	# Real programs run under the preload library (issue 6).
 	sqlite3 libpython3.11-testsuite
+	# Manual pages (issue 19): test_man_pages formats them with groff,
+	# scripts/test-package.sh finds the installed ones with man.
+	groff-base man-db
 )
 
 check_only=0
