@@ -12,7 +12,9 @@ struct request {
 
 int main(void)
 {
-	enum { N = 1000 };
+	enum {
+		N = 1000
+	};
 	static struct request *r[N];
 	struct sheaf_cache *rq = sheaf_cache_create("request", sizeof(struct request), NULL);
 	if (!rq) {

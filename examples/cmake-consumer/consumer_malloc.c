@@ -9,7 +9,10 @@
 
 int main(void)
 {
-	enum { N = 10000, SIZE = 200 };
+	enum {
+		N = 10000,
+		SIZE = 200
+	};
 	static void *v[N];
 	size_t before = mallinfo2().uordblks;
 	for (int i = 0; i < N; i++) {
@@ -24,11 +27,12 @@ int main(void)
 	for (int i = 0; i < N; i++)
 		free(v[i]);
 	if (after < before + (size_t)N * SIZE || usable != 224) {
-		fprintf(stderr, "consumer-malloc: malloc is not Sheaf's (uordblks %zu -> %zu, usable %zu)\n",
+		fprintf(stderr,
+			"consumer-malloc: malloc is not Sheaf's (uordblks %zu -> %zu, usable %zu)\n",
 			before, after, usable);
 		return 1;
 	}
-	printf("consumer-malloc: %d blocks from Sheaf's malloc (mallinfo2 in use grew by %zu bytes)\n", N,
-	       after - before);
+	printf("consumer-malloc: %d blocks from Sheaf's malloc (mallinfo2 in use grew by %zu bytes)\n",
+	       N, after - before);
 	return 0;
 }

@@ -24,14 +24,21 @@ static const char *const ix_stat_names[SHEAF_STAT_NR] = {
 #undef SHEAF_X_NAME
 };
 
-#define IX_ADDR(x)            ((uint64_t)(uintptr_t)&(x))
-#define IX_FIELD(type, field) { (uint32_t)offsetof(type, field), (uint32_t)sizeof(((type *)0)->field) }
+#define IX_ADDR(x) ((uint64_t)(uintptr_t) & (x))
+#define IX_FIELD(type, field)                                                          \
+	{                                                                              \
+		(uint32_t) offsetof(type, field), (uint32_t)sizeof(((type *)0)->field) \
+	}
 /* An array field: its offset and the size of one element. */
-#define IX_ARRAY(type, field) { (uint32_t)offsetof(type, field), (uint32_t)sizeof(((type *)0)->field[0]) }
+#define IX_ARRAY(type, field)                                                             \
+	{                                                                                 \
+		(uint32_t) offsetof(type, field), (uint32_t)sizeof(((type *)0)->field[0]) \
+	}
 
 /* Written once, by the compiler and the dynamic linker; read only by inspectors.
  * `used`: a static link keeps it even though no code of the program reads it. */
-SHEAF_API __attribute__((used, section(SHEAF_IX_SECTION))) struct sheaf_ix_root sheaf_introspect_root = {
+SHEAF_API __attribute__((used,
+			 section(SHEAF_IX_SECTION))) struct sheaf_ix_root sheaf_introspect_root = {
 	.magic = SHEAF_IX_MAGIC,
 	.version = SHEAF_IX_VERSION,
 	.size = sizeof(struct sheaf_ix_root),
@@ -46,7 +53,7 @@ SHEAF_API __attribute__((used, section(SHEAF_IX_SECTION))) struct sheaf_ix_root 
 	.ncpus = IX_ADDR(sheaf_g.ncpus),
 	.nnodes = IX_ADDR(sheaf_g.nnodes),
 	.caches = IX_ADDR(sheaf_g.caches),
-	.heap_size = IX_ADDR(sheaf_heap.size),
+	.heap_cap = IX_ADDR(sheaf_heap.cap),
 	.heap_mapped = IX_ADDR(sheaf_heap.mapped_bytes),
 	.heap_returned = IX_ADDR(sheaf_heap.returned_bytes),
 	.stat_names = IX_ADDR(ix_stat_names),

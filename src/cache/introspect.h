@@ -22,7 +22,7 @@
 
 #include <stdint.h>
 
-#define SHEAF_IX_MAGIC   "SHEAF-IX"   /* 8 bytes, no terminating NUL in the root */
+#define SHEAF_IX_MAGIC   "SHEAF-IX" /* 8 bytes, no terminating NUL in the root */
 #define SHEAF_IX_VERSION 1
 #define SHEAF_IX_SYMBOL  "sheaf_introspect_root"
 #define SHEAF_IX_SECTION "sheaf_introspect"
@@ -34,25 +34,25 @@ struct sheaf_ix_field {
 };
 
 struct sheaf_ix_root {
-	char magic[8];            /* SHEAF_IX_MAGIC */
-	uint32_t version;         /* SHEAF_IX_VERSION */
-	uint32_t size;            /* sizeof(struct sheaf_ix_root) of the library */
-	uint32_t ptr_size;        /* sizeof(void *) */
-	uint32_t stat_nr;         /* events per counter array (SHEAF_STAT_NR) */
-	uint32_t page_size;       /* slab = page_size << order */
-	uint32_t max_nodes;       /* entries of cache->node[] */
-	char lib_version[16];     /* "0.1.0" */
+	char magic[8];        /* SHEAF_IX_MAGIC */
+	uint32_t version;     /* SHEAF_IX_VERSION */
+	uint32_t size;        /* sizeof(struct sheaf_ix_root) of the library */
+	uint32_t ptr_size;    /* sizeof(void *) */
+	uint32_t stat_nr;     /* events per counter array (SHEAF_STAT_NR) */
+	uint32_t page_size;   /* slab = page_size << order */
+	uint32_t max_nodes;   /* entries of cache->node[] */
+	char lib_version[16]; /* "0.1.0" */
 
 	/* Addresses in the target process. */
-	uint64_t init_state;      /* int: 2 once the library is initialised */
-	uint64_t mode;            /* int: 1 per-CPU sheaves, 0 per-thread sheaves */
-	uint64_t ncpus;           /* int: possible CPUs (entries of cpu_pcs) */
-	uint64_t nnodes;          /* int: entries of cache->node[] in use */
-	uint64_t caches;          /* list head of every cache (links: cache_list) */
-	uint64_t heap_size;       /* size_t: address space reserved for slabs */
-	uint64_t heap_mapped;     /* size_t: bytes handed to slabs, not given back */
-	uint64_t heap_returned;   /* size_t: bytes given back over the process life */
-	uint64_t stat_names;      /* const char *[stat_nr]: event names */
+	uint64_t init_state;    /* int: 2 once the library is initialised */
+	uint64_t mode;          /* int: 1 per-CPU sheaves, 0 per-thread sheaves */
+	uint64_t ncpus;         /* int: possible CPUs (entries of cpu_pcs) */
+	uint64_t nnodes;        /* int: entries of cache->node[] in use */
+	uint64_t caches;        /* list head of every cache (links: cache_list) */
+	uint64_t heap_cap;      /* size_t: the most address space slabs may take (SHEAF_HEAP_GB) */
+	uint64_t heap_mapped;   /* size_t: bytes handed to slabs, not given back */
+	uint64_t heap_returned; /* size_t: bytes given back over the process life */
+	uint64_t stat_names;    /* const char *[stat_nr]: event names */
 	/* Indexes of the events the hit rate is made of. */
 	uint32_t ev_alloc_fast, ev_alloc_slow, ev_free_fast, ev_free_slow;
 

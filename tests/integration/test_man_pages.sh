@@ -33,7 +33,7 @@ fi
 
 opts_file=$(grep -rl 'OPT("STATS"' "$src/src" | head -n 1)
 missing=
-names=$(sed -n 's/.*= OPT("\([A-Z_0-9]*\)".*/\1/p' "$opts_file")
+names=$(sed -n 's/.*= OPT[A-Z]*("\([A-Z_0-9]*\)".*/\1/p' "$opts_file")
 for o in $names; do
 	grep -q "^\\.B SHEAF_$o\$" <<<"$text3" || missing="$missing SHEAF_$o"
 done

@@ -43,11 +43,11 @@
 #define SHEAFINFO_VERSION "unknown"
 #endif
 
-#define MAX_EVENTS      128       /* counters per cache this tool can sum */
-#define MAX_INSTANCES   4         /* Sheaf copies in one process (libsheaf.so + preload) */
-#define MAX_CACHES      65536     /* bound of the cache-list walk */
-#define MAX_LIST_WALK   (1u << 22) /* bound of a partial-slab or pcs list walk */
-#define READ_RETRIES    8         /* re-reads of a cache that changed under us */
+#define MAX_EVENTS    128        /* counters per cache this tool can sum */
+#define MAX_INSTANCES 4          /* Sheaf copies in one process (libsheaf.so + preload) */
+#define MAX_CACHES    65536      /* bound of the cache-list walk */
+#define MAX_LIST_WALK (1u << 22) /* bound of a partial-slab or pcs list walk */
+#define READ_RETRIES  8          /* re-reads of a cache that changed under us */
 
 static const char *prog = "sheafinfo";
 static pid_t target_pid;
@@ -150,13 +150,13 @@ static size_t span(const struct sheaf_ix_field *f, int n)
 /* ---- One Sheaf instance in the target ------------------------------------------------- */
 
 struct instance {
-	char path[PATH_MAX];     /* the ELF file that holds the root */
+	char path[PATH_MAX]; /* the ELF file that holds the root */
 	uint64_t root_addr;
 	struct sheaf_ix_root ix;
 	char ev_name[MAX_EVENTS][40];
 	int initialised;
 	int mode, ncpus, nnodes;
-	uint64_t heap_size, heap_mapped, heap_returned;
+	uint64_t heap_cap, heap_mapped, heap_returned;
 	/* spans, computed once */
 	size_t cache_span, node_span, sheaf_span, slab_span, pcs_span;
 };
@@ -203,13 +203,36 @@ static const char *instance_setup(struct instance *in)
 		if (!sane_field(*f))
 			return "inconsistent field layout";
 	const struct sheaf_ix_field ints[] = {
-		ix->list_next, ix->cache_object_size, ix->cache_slot_size, ix->cache_objs_per_slab,
-		ix->cache_order, ix->cache_sheaf_capacity, ix->cache_node, ix->cache_cpu_pcs,
-		ix->cache_stat_atomic, ix->cache_rcu_inflight_sheaves, ix->cache_rcu_inflight_objects,
-		ix->cache_bytes_returned, ix->cache_mainv, ix->node_cache, ix->node_nr_slabs,
-		ix->barn_full, ix->barn_nr_full, ix->barn_nr_empty, ix->barn_nr_locks, ix->sheaf_size,
-		ix->sheaf_capacity, ix->sheaf_nalloc, ix->slab_fc, ix->pcs_main, ix->pcs_spare,
-		ix->pcs_nalloc_base, ix->pcs_size_base, ix->pcs_stat, ix->pcs_cached, ix->pcs_cache,
+		ix->list_next,
+		ix->cache_object_size,
+		ix->cache_slot_size,
+		ix->cache_objs_per_slab,
+		ix->cache_order,
+		ix->cache_sheaf_capacity,
+		ix->cache_node,
+		ix->cache_cpu_pcs,
+		ix->cache_stat_atomic,
+		ix->cache_rcu_inflight_sheaves,
+		ix->cache_rcu_inflight_objects,
+		ix->cache_bytes_returned,
+		ix->cache_mainv,
+		ix->node_cache,
+		ix->node_nr_slabs,
+		ix->barn_full,
+		ix->barn_nr_full,
+		ix->barn_nr_empty,
+		ix->barn_nr_locks,
+		ix->sheaf_size,
+		ix->sheaf_capacity,
+		ix->sheaf_nalloc,
+		ix->slab_fc,
+		ix->pcs_main,
+		ix->pcs_spare,
+		ix->pcs_nalloc_base,
+		ix->pcs_size_base,
+		ix->pcs_stat,
+		ix->pcs_cached,
+		ix->pcs_cache,
 	};
 	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
 		if (!int_field(ints[i]))
@@ -221,31 +244,42 @@ static const char *instance_setup(struct instance *in)
 	    ix->ev_free_fast >= ix->stat_nr || ix->ev_free_slow >= ix->stat_nr)
 		return "inconsistent event indexes";
 
-	struct sheaf_ix_field cf[] = { ix->cache_name, ix->cache_object_size, ix->cache_slot_size,
-				       ix->cache_objs_per_slab, ix->cache_order, ix->cache_sheaf_capacity,
-				       ix->cache_list, ix->cache_pcs_list, ix->cache_cpu_pcs,
-				       ix->cache_rcu_inflight_sheaves, ix->cache_rcu_inflight_objects,
+	struct sheaf_ix_field cf[] = { ix->cache_name,
+				       ix->cache_object_size,
+				       ix->cache_slot_size,
+				       ix->cache_objs_per_slab,
+				       ix->cache_order,
+				       ix->cache_sheaf_capacity,
+				       ix->cache_list,
+				       ix->cache_pcs_list,
+				       ix->cache_cpu_pcs,
+				       ix->cache_rcu_inflight_sheaves,
+				       ix->cache_rcu_inflight_objects,
 				       ix->cache_bytes_returned };
 	in->cache_span = span(cf, (int)(sizeof(cf) / sizeof(cf[0])));
 	size_t node_end = ix->cache_node.off + (size_t)ix->max_nodes * ix->cache_node.size;
-	size_t stat_end = ix->cache_stat_atomic.off + (size_t)ix->stat_nr * ix->cache_stat_atomic.size;
+	size_t stat_end =
+		ix->cache_stat_atomic.off + (size_t)ix->stat_nr * ix->cache_stat_atomic.size;
 	if (node_end > in->cache_span)
 		in->cache_span = node_end;
 	if (stat_end > in->cache_span)
 		in->cache_span = stat_end;
 	/* mainv is added per read: it depends on ncpus. */
-	struct sheaf_ix_field bf[] = { ix->barn_full, ix->barn_nr_full, ix->barn_nr_empty, ix->barn_nr_locks };
+	struct sheaf_ix_field bf[] = { ix->barn_full, ix->barn_nr_full, ix->barn_nr_empty,
+				       ix->barn_nr_locks };
 	size_t barn_end = ix->node_barn.off + span(bf, 4);
 	struct sheaf_ix_field nf[] = { ix->node_cache, ix->node_nr_slabs, ix->node_partial };
 	in->node_span = span(nf, 3);
 	if (barn_end > in->node_span)
 		in->node_span = barn_end;
-	struct sheaf_ix_field sf[] = { ix->sheaf_size, ix->sheaf_capacity, ix->sheaf_nalloc, ix->sheaf_link };
+	struct sheaf_ix_field sf[] = { ix->sheaf_size, ix->sheaf_capacity, ix->sheaf_nalloc,
+				       ix->sheaf_link };
 	in->sheaf_span = span(sf, 4);
 	struct sheaf_ix_field lf[] = { ix->slab_fc, ix->slab_list };
 	in->slab_span = span(lf, 2);
-	struct sheaf_ix_field pf[] = { ix->pcs_main, ix->pcs_spare, ix->pcs_nalloc_base, ix->pcs_size_base,
-				       ix->pcs_link, ix->pcs_cached, ix->pcs_cache };
+	struct sheaf_ix_field pf[] = { ix->pcs_main,      ix->pcs_spare, ix->pcs_nalloc_base,
+				       ix->pcs_size_base, ix->pcs_link,  ix->pcs_cached,
+				       ix->pcs_cache };
 	in->pcs_span = span(pf, 7);
 	size_t pstat_end = ix->pcs_stat.off + (size_t)ix->stat_nr * ix->pcs_stat.size;
 	if (pstat_end > in->pcs_span)
@@ -270,9 +304,12 @@ static const char *instance_setup(struct instance *in)
 static int instance_refresh(struct instance *in)
 {
 	int st = 0, mode = 0, ncpus = 0, nnodes = 0;
-	if (rd_or_die(in->ix.init_state, &st, sizeof(st)) || rd_or_die(in->ix.mode, &mode, sizeof(mode)) ||
-	    rd_or_die(in->ix.ncpus, &ncpus, sizeof(ncpus)) || rd_or_die(in->ix.nnodes, &nnodes, sizeof(nnodes)) ||
-	    rd_or_die(in->ix.heap_size, &in->heap_size, 8) || rd_or_die(in->ix.heap_mapped, &in->heap_mapped, 8) ||
+	if (rd_or_die(in->ix.init_state, &st, sizeof(st)) ||
+	    rd_or_die(in->ix.mode, &mode, sizeof(mode)) ||
+	    rd_or_die(in->ix.ncpus, &ncpus, sizeof(ncpus)) ||
+	    rd_or_die(in->ix.nnodes, &nnodes, sizeof(nnodes)) ||
+	    rd_or_die(in->ix.heap_cap, &in->heap_cap, 8) ||
+	    rd_or_die(in->ix.heap_mapped, &in->heap_mapped, 8) ||
 	    rd_or_die(in->ix.heap_returned, &in->heap_returned, 8))
 		return -EFAULT;
 	in->initialised = st == 2;
@@ -300,7 +337,8 @@ static int read_sheaf(const struct instance *in, uint64_t addr, struct sheaf_hdr
 	int r = rd_or_die(addr, b, in->sheaf_span);
 	if (r)
 		return r;
-	struct sheaf_ix_field next = { in->ix.sheaf_link.off + in->ix.list_next.off, in->ix.list_next.size };
+	struct sheaf_ix_field next = { in->ix.sheaf_link.off + in->ix.list_next.off,
+				       in->ix.list_next.size };
 	h->size = get_field(b, in->ix.sheaf_size);
 	h->capacity = get_field(b, in->ix.sheaf_capacity);
 	h->nalloc = get_field(b, in->ix.sheaf_nalloc);
@@ -374,7 +412,8 @@ static int read_cache(const struct instance *in, uint64_t addr, struct cache_inf
 	/* Identity: a NUL-terminated printable name, a sane geometry, and (below) nodes
 	 * that point back at this cache -- the per-cache check that we are reading a live
 	 * cache and not memory that was reused. */
-	size_t nl = ix->cache_name.size < sizeof(ci->name) ? ix->cache_name.size : sizeof(ci->name) - 1;
+	size_t nl = ix->cache_name.size < sizeof(ci->name) ? ix->cache_name.size :
+							     sizeof(ci->name) - 1;
 	memcpy(ci->name, b + ix->cache_name.off, nl);
 	ci->name[nl] = 0;
 	if (strlen(ci->name) >= nl || !ci->name[0])
@@ -403,7 +442,8 @@ static int read_cache(const struct instance *in, uint64_t addr, struct cache_inf
 			goto out;
 		int64_t total = (int64_t)get_field(nb, ix->node_nr_slabs);
 		uint64_t head = n + ix->node_partial.off;
-		struct sheaf_ix_field pnext = { ix->node_partial.off + ix->list_next.off, ix->list_next.size };
+		struct sheaf_ix_field pnext = { ix->node_partial.off + ix->list_next.off,
+						ix->list_next.size };
 		uint64_t pos = get_field(nb, pnext), part = 0, part_inuse = 0;
 		while (pos != head) {
 			unsigned char sb[128];
@@ -414,7 +454,8 @@ static int read_cache(const struct instance *in, uint64_t addr, struct cache_inf
 				goto out;
 			uint64_t fc = get_field(sb, ix->slab_fc);
 			part_inuse += (fc >> ix->fc_inuse_shift) & ix->fc_inuse_mask;
-			struct sheaf_ix_field snext = { ix->slab_list.off + ix->list_next.off, ix->list_next.size };
+			struct sheaf_ix_field snext = { ix->slab_list.off + ix->list_next.off,
+							ix->list_next.size };
 			pos = get_field(sb, snext);
 		}
 		uint64_t off_list = total > (int64_t)part ? (uint64_t)total - part : 0;
@@ -458,7 +499,8 @@ static int read_cache(const struct instance *in, uint64_t addr, struct cache_inf
 		ci->percpu_slots = (uint64_t)in->ncpus;
 	} else {
 		uint64_t head = addr + ix->cache_pcs_list.off;
-		struct sheaf_ix_field lnext = { ix->cache_pcs_list.off + ix->list_next.off, ix->list_next.size };
+		struct sheaf_ix_field lnext = { ix->cache_pcs_list.off + ix->list_next.off,
+						ix->list_next.size };
 		uint64_t pos = get_field(b, lnext);
 		while (pos != head) {
 			uint64_t next;
@@ -551,7 +593,8 @@ static void take_snapshot(struct snapshot *s)
 		for (int t = 0; t < READ_RETRIES && r; t++)
 			r = read_instance(&inst[i], i, s);
 		if (r)
-			die("process %d changed its cache list too fast to be read; try again", (int)target_pid);
+			die("process %d changed its cache list too fast to be read; try again",
+			    (int)target_pid);
 	}
 }
 
@@ -559,7 +602,7 @@ static void take_snapshot(struct snapshot *s)
 
 struct mapped_file {
 	char path[PATH_MAX];
-	uint64_t base;      /* start of its mapping at file offset 0 */
+	uint64_t base; /* start of its mapping at file offset 0 */
 	unsigned long ino;
 };
 
@@ -587,8 +630,9 @@ static int elf_find_root(const char *path, uint64_t *vaddr, int *is_dyn)
 	int found = -1;
 	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)f;
 	if (memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
-	    (eh->e_type != ET_DYN && eh->e_type != ET_EXEC) || eh->e_shentsize != sizeof(Elf64_Shdr) ||
-	    eh->e_shoff > sz || (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr) > sz - eh->e_shoff)
+	    (eh->e_type != ET_DYN && eh->e_type != ET_EXEC) ||
+	    eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shoff > sz ||
+	    (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr) > sz - eh->e_shoff)
 		goto out;
 	*is_dyn = eh->e_type == ET_DYN;
 	const Elf64_Shdr *sh = (const Elf64_Shdr *)(f + eh->e_shoff);
@@ -633,7 +677,8 @@ static int elf_find_root(const char *path, uint64_t *vaddr, int *is_dyn)
 		/* Load bias: the mapping at offset 0 holds the lowest PT_LOAD, page aligned. */
 		const Elf64_Phdr *ph = (const Elf64_Phdr *)(f + eh->e_phoff);
 		uint64_t lo = UINT64_MAX;
-		if (eh->e_phoff < sz && (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr) <= sz - eh->e_phoff)
+		if (eh->e_phoff < sz &&
+		    (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr) <= sz - eh->e_phoff)
 			for (unsigned i = 0; i < eh->e_phnum; i++)
 				if (ph[i].p_type == PT_LOAD && ph[i].p_vaddr < lo)
 					lo = ph[i].p_vaddr & ~(uint64_t)(sysconf(_SC_PAGESIZE) - 1);
@@ -683,8 +728,9 @@ static void find_instances(void)
 		int pathpos = 0;
 		char perms[8];
 		any = true;
-		if (sscanf(line, "%llx-%llx %7s %llx %*x:%*x %lu %n", &start, &end, perms, &off, &ino,
-			   &pathpos) < 5 || !pathpos || line[pathpos] != '/' || ino == 0)
+		if (sscanf(line, "%llx-%llx %7s %llx %*x:%*x %lu %n", &start, &end, perms, &off,
+			   &ino, &pathpos) < 5 ||
+		    !pathpos || line[pathpos] != '/' || ino == 0)
 			continue;
 		char *path = line + pathpos;
 		path[strcspn(path, "\n")] = 0;
@@ -745,18 +791,37 @@ static void find_instances(void)
 
 /* ---- Output ---------------------------------------------------------------------------- */
 
-enum sort_key { SORT_MEM, SORT_NAME, SORT_SIZE, SORT_USED, SORT_TOTAL, SORT_SLABS, SORT_SHEAVES,
-		SORT_BARNS, SORT_HIT };
+enum sort_key {
+	SORT_MEM,
+	SORT_NAME,
+	SORT_SIZE,
+	SORT_USED,
+	SORT_TOTAL,
+	SORT_SLABS,
+	SORT_SHEAVES,
+	SORT_BARNS,
+	SORT_HIT
+};
 static const struct {
 	const char *name;
 	enum sort_key key;
 } sort_names[] = {
-	{ "mem", SORT_MEM },     { "name", SORT_NAME },     { "size", SORT_SIZE },
-	{ "used", SORT_USED },   { "total", SORT_TOTAL },   { "slabs", SORT_SLABS },
-	{ "sheaves", SORT_SHEAVES }, { "barns", SORT_BARNS }, { "hit", SORT_HIT },
+	{ "mem", SORT_MEM },
+	{ "name", SORT_NAME },
+	{ "size", SORT_SIZE },
+	{ "used", SORT_USED },
+	{ "total", SORT_TOTAL },
+	{ "slabs", SORT_SLABS },
+	{ "sheaves", SORT_SHEAVES },
+	{ "barns", SORT_BARNS },
+	{ "hit", SORT_HIT },
 	/* slabtop's letters where they mean the same. */
-	{ "c", SORT_MEM },       { "n", SORT_NAME },        { "s", SORT_SIZE },
-	{ "a", SORT_USED },      { "o", SORT_TOTAL },       { "l", SORT_SLABS },
+	{ "c", SORT_MEM },
+	{ "n", SORT_NAME },
+	{ "s", SORT_SIZE },
+	{ "a", SORT_USED },
+	{ "o", SORT_TOTAL },
+	{ "l", SORT_SLABS },
 };
 static enum sort_key sort_by = SORT_MEM;
 
@@ -783,7 +848,8 @@ static uint64_t fast_ops(const struct cache_info *c, uint64_t *all)
 	uint64_t slow = c->ev[ix->ev_alloc_slow] + c->ev[ix->ev_free_slow];
 	*all = c->ev[ix->ev_alloc_fast] + c->ev[ix->ev_free_fast] + slow;
 	for (uint32_t e = 0; e < ix->stat_nr; e++)
-		for (size_t k = 0; k < sizeof(slow_entry_events) / sizeof(slow_entry_events[0]); k++)
+		for (size_t k = 0; k < sizeof(slow_entry_events) / sizeof(slow_entry_events[0]);
+		     k++)
 			if (!strcmp(in->ev_name[e], slow_entry_events[k]))
 				slow += c->ev[e];
 	return slow < *all ? *all - slow : 0;
@@ -799,14 +865,22 @@ static int hit_permille(const struct cache_info *c)
 static uint64_t sort_val(const struct cache_info *c)
 {
 	switch (sort_by) {
-	case SORT_SIZE: return c->object_size;
-	case SORT_USED: return used_objs(c);
-	case SORT_TOTAL: return c->objects_total;
-	case SORT_SLABS: return c->slabs;
-	case SORT_SHEAVES: return c->objects_in_pcs;
-	case SORT_BARNS: return c->objects_in_barns;
-	case SORT_HIT: return (uint64_t)(hit_permille(c) + 1);
-	default: return c->bytes_from_os;
+	case SORT_SIZE:
+		return c->object_size;
+	case SORT_USED:
+		return used_objs(c);
+	case SORT_TOTAL:
+		return c->objects_total;
+	case SORT_SLABS:
+		return c->slabs;
+	case SORT_SHEAVES:
+		return c->objects_in_pcs;
+	case SORT_BARNS:
+		return c->objects_in_barns;
+	case SORT_HIT:
+		return (uint64_t)(hit_permille(c) + 1);
+	default:
+		return c->bytes_from_os;
 	}
 }
 
@@ -853,27 +927,29 @@ static void print_table(const struct snapshot *s, const char *comm)
 		caches_used += s->c[i].objects_total ? 1 : 0;
 	}
 	char b1[32], b2[32], b3[32];
-	printf("sheafinfo: process %d (%s), %zu caches (%llu with slabs)", (int)target_pid, comm, s->n,
-	       (unsigned long long)caches_used);
+	printf("sheafinfo: process %d (%s), %zu caches (%llu with slabs)", (int)target_pid, comm,
+	       s->n, (unsigned long long)caches_used);
 	if (s->skipped)
 		printf(", %u changing too fast to read", s->skipped);
 	printf("\n");
 	for (int i = 0; i < ninst; i++) {
 		const struct instance *in = &inst[i];
 		if (!in->initialised) {
-			printf("  %s: Sheaf %s, not initialised yet\n", in->path, in->ix.lib_version);
+			printf("  %s: Sheaf %s, not initialised yet\n", in->path,
+			       in->ix.lib_version);
 			continue;
 		}
-		printf("  %s: Sheaf %s, %s sheaves, %d CPUs, %d node%s; heap %s mapped of %s reserved, %s given back\n",
+		printf("  %s: Sheaf %s, %s sheaves, %d CPUs, %d node%s; heap %s mapped (cap %s), %s given back\n",
 		       in->path, in->ix.lib_version, mode_name(in), in->ncpus, in->nnodes,
 		       in->nnodes > 1 ? "s" : "", human(in->heap_mapped, b1, sizeof(b1)),
-		       human(in->heap_size, b2, sizeof(b2)), human(in->heap_returned, b3, sizeof(b3)));
+		       human(in->heap_cap, b2, sizeof(b2)),
+		       human(in->heap_returned, b3, sizeof(b3)));
 	}
-	printf("  objects used / total: %llu / %llu (%.1f%%), slab memory %s\n\n", (unsigned long long)used,
-	       (unsigned long long)total, total ? 100.0 * (double)used / (double)total : 0.0,
-	       human(mem, b1, sizeof(b1)));
-	printf("%-24s %7s %10s %10s %7s %8s %8s %9s %6s\n", "NAME", "OBJSIZE", "USED", "TOTAL", "SLABS",
-	       "SHEAVES", "BARNS", "MEMORY", "HIT%");
+	printf("  objects used / total: %llu / %llu (%.1f%%), slab memory %s\n\n",
+	       (unsigned long long)used, (unsigned long long)total,
+	       total ? 100.0 * (double)used / (double)total : 0.0, human(mem, b1, sizeof(b1)));
+	printf("%-24s %7s %10s %10s %7s %8s %8s %9s %6s\n", "NAME", "OBJSIZE", "USED", "TOTAL",
+	       "SLABS", "SHEAVES", "BARNS", "MEMORY", "HIT%");
 	for (size_t i = 0; i < s->n; i++) {
 		const struct cache_info *c = &s->c[i];
 		int h = hit_permille(c);
@@ -885,7 +961,8 @@ static void print_table(const struct snapshot *s, const char *comm)
 		printf("%-24s %7llu %10llu %10llu %7llu %8llu %8llu %9s %6s\n", c->name,
 		       (unsigned long long)c->object_size, (unsigned long long)used_objs(c),
 		       (unsigned long long)c->objects_total, (unsigned long long)c->slabs,
-		       (unsigned long long)c->objects_in_pcs, (unsigned long long)c->objects_in_barns,
+		       (unsigned long long)c->objects_in_pcs,
+		       (unsigned long long)c->objects_in_barns,
 		       human(c->bytes_from_os, b1, sizeof(b1)), hit);
 	}
 }
@@ -918,9 +995,10 @@ static void print_json(const struct snapshot *s, const char *comm)
 		json_str(in->ix.lib_version);
 		printf(",\"initialised\":%s", in->initialised ? "true" : "false");
 		if (in->initialised)
-			printf(",\"mode\":\"%s\",\"cpus\":%d,\"nodes\":%d", mode_name(in), in->ncpus, in->nnodes);
-		printf(",\"heap_reserved\":%llu,\"heap_mapped\":%llu,\"heap_returned\":%llu}",
-		       (unsigned long long)in->heap_size, (unsigned long long)in->heap_mapped,
+			printf(",\"mode\":\"%s\",\"cpus\":%d,\"nodes\":%d", mode_name(in),
+			       in->ncpus, in->nnodes);
+		printf(",\"heap_cap\":%llu,\"heap_mapped\":%llu,\"heap_returned\":%llu}",
+		       (unsigned long long)in->heap_cap, (unsigned long long)in->heap_mapped,
 		       (unsigned long long)in->heap_returned);
 	}
 	printf("],\"skipped\":%u,\"caches\":[", s->skipped);
@@ -930,11 +1008,27 @@ static void print_json(const struct snapshot *s, const char *comm)
 		printf("%s\n{\"name\":", i ? "," : "");
 		json_str(c->name);
 		printf(",\"instance\":%d", c->inst);
-#define G(f) printf(",\"" #f "\":%llu", (unsigned long long)c->f);
-		G(object_size) G(slot_size) G(objs_per_slab) G(order) G(sheaf_capacity) G(slabs)
-		G(partial_slabs) G(objects_total) G(objects_inuse) G(objects_cached) G(objects_in_pcs)
-		G(objects_in_barns) G(barn_full) G(barn_empty) G(rcu_inflight_sheaves)
-		G(rcu_inflight_objects) G(bytes_from_os) G(bytes_returned) G(percpu_slots) G(barn_locks)
+#define G(f) printf(",\"" #f "\":%llu", (unsigned long long)c->f)
+		G(object_size);
+		G(slot_size);
+		G(objs_per_slab);
+		G(order);
+		G(sheaf_capacity);
+		G(slabs);
+		G(partial_slabs);
+		G(objects_total);
+		G(objects_inuse);
+		G(objects_cached);
+		G(objects_in_pcs);
+		G(objects_in_barns);
+		G(barn_full);
+		G(barn_empty);
+		G(rcu_inflight_sheaves);
+		G(rcu_inflight_objects);
+		G(bytes_from_os);
+		G(bytes_returned);
+		G(percpu_slots);
+		G(barn_locks);
 #undef G
 		printf(",\"objects_used\":%llu", (unsigned long long)used_objs(c));
 		int h = hit_permille(c);
@@ -944,7 +1038,8 @@ static void print_json(const struct snapshot *s, const char *comm)
 			printf(",\"fastpath_hit_rate\":%d.%03d", h / 1000, h % 1000);
 		printf(",\"events\":{");
 		for (uint32_t e = 0; e < in->ix.stat_nr; e++)
-			printf("%s\"%s\":%llu", e ? "," : "", in->ev_name[e], (unsigned long long)c->ev[e]);
+			printf("%s\"%s\":%llu", e ? "," : "", in->ev_name[e],
+			       (unsigned long long)c->ev[e]);
 		printf("}}");
 	}
 	printf("\n]}\n");
@@ -978,9 +1073,12 @@ static void on_signal(int sig)
 int main(int argc, char **argv)
 {
 	static const struct option lopts[] = {
-		{ "json", no_argument, NULL, 'j' },   { "watch", required_argument, NULL, 'w' },
-		{ "count", required_argument, NULL, 'n' }, { "sort", required_argument, NULL, 's' },
-		{ "help", no_argument, NULL, 'h' },   { "version", no_argument, NULL, 'V' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "watch", required_argument, NULL, 'w' },
+		{ "count", required_argument, NULL, 'n' },
+		{ "sort", required_argument, NULL, 's' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	bool json = false;
@@ -1021,7 +1119,8 @@ int main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		case 'V':
-			printf("sheafinfo %s (introspection version %d)\n", SHEAFINFO_VERSION, SHEAF_IX_VERSION);
+			printf("sheafinfo %s (introspection version %d)\n", SHEAFINFO_VERSION,
+			       SHEAF_IX_VERSION);
 			return 0;
 		default:
 			usage(stderr);
@@ -1062,7 +1161,8 @@ int main(int argc, char **argv)
 		fflush(stdout);
 		if (!(watch > 0) || (count > 0 && iter + 1 >= count))
 			break;
-		struct timespec ts = { (time_t)watch, (long)((watch - (double)(time_t)watch) * 1e9) };
+		struct timespec ts = { (time_t)watch,
+				       (long)((watch - (double)(time_t)watch) * 1e9) };
 		while (!stop && nanosleep(&ts, &ts) == -1 && errno == EINTR)
 			;
 		if (kill(target_pid, 0) != 0 && errno == ESRCH)

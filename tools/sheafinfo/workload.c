@@ -18,11 +18,11 @@
 #ifdef WORKLOAD_LINKED
 #include <sheaf.h>
 static struct sheaf_cache *cache;
-#define ALLOC()  sheaf_cache_alloc(cache)
-#define FREE(p)  sheaf_cache_free(cache, (p))
+#define ALLOC() sheaf_cache_alloc(cache)
+#define FREE(p) sheaf_cache_free(cache, (p))
 #else
-#define ALLOC()  malloc(100)
-#define FREE(p)  free(p)
+#define ALLOC() malloc(100)
+#define FREE(p) free(p)
 #endif
 
 #define MAX_BLOCKS (1u << 20) /* a bound: the test asks for far fewer */

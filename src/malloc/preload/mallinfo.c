@@ -40,15 +40,20 @@ static void gather(struct figs *f)
 	for (unsigned int i = 0; i < SHEAF_SC_COUNT; i++) {
 		struct class_figs *k = &f->cls[i];
 		k->size = sheaf_sc_size[i];
-		struct sheaf_cache *c = atomic_load_explicit(&sheaf_malloc_classes[i], memory_order_acquire);
+		struct sheaf_cache *c =
+			atomic_load_explicit(&sheaf_malloc_classes[i], memory_order_acquire);
 		struct sheaf_stats st = { .size = sizeof(st) };
 		if (!c || sheaf_stats_get(c, &st) != 0)
 			continue;
 		/* objects_inuse counts cached objects too (docs/stats.md); racy sums can
 		 * briefly disagree, hence the clamps. */
 		k->cached = st.objects_cached;
-		k->used = st.objects_inuse > st.objects_cached ? st.objects_inuse - st.objects_cached : 0;
-		k->slab_free = st.objects_total > st.objects_inuse ? st.objects_total - st.objects_inuse : 0;
+		k->used = st.objects_inuse > st.objects_cached ?
+				  st.objects_inuse - st.objects_cached :
+				  0;
+		k->slab_free = st.objects_total > st.objects_inuse ?
+				       st.objects_total - st.objects_inuse :
+				       0;
 		k->bytes = st.bytes_from_os;
 		f->slab_bytes += k->bytes;
 		f->used_bytes += k->used * k->size;
@@ -124,14 +129,15 @@ EXPORT void malloc_stats(void)
 	fprintf(o, "in use bytes     = %10llu\n", (unsigned long long)(f.used_bytes + f.ext_bytes));
 	fprintf(o, "max mmap regions = %10llu\n", (unsigned long long)f.ext_count);
 	fprintf(o, "max mmap bytes   = %10llu\n", (unsigned long long)f.ext_bytes);
-	fprintf(o, "sheaf-malloc: %zu extents in use, %zu cached (%zu bytes); size classes:\n", f.ext_count,
-		f.xc_count, f.xc_bytes);
+	fprintf(o, "sheaf-malloc: %zu extents in use, %zu cached (%zu bytes); size classes:\n",
+		f.ext_count, f.xc_count, f.xc_bytes);
 	for (unsigned int i = 0; i < SHEAF_SC_COUNT; i++) {
 		const struct class_figs *k = &f.cls[i];
 		if (!k->bytes && !k->used)
 			continue;
-		fprintf(o, "  malloc-%-6zu %10llu used %10llu cached %10llu free on slabs %10llu bytes\n", k->size,
-			(unsigned long long)k->used, (unsigned long long)k->cached,
+		fprintf(o,
+			"  malloc-%-6zu %10llu used %10llu cached %10llu free on slabs %10llu bytes\n",
+			k->size, (unsigned long long)k->used, (unsigned long long)k->cached,
 			(unsigned long long)k->slab_free, (unsigned long long)k->bytes);
 	}
 }
@@ -154,18 +160,21 @@ EXPORT int malloc_info(int options, FILE *fp)
 		const struct class_figs *k = &f.cls[i];
 		uint64_t n = k->cached + k->slab_free;
 		if (n)
-			fprintf(fp, "  <size from=\"%zu\" to=\"%zu\" total=\"%llu\" count=\"%llu\"/>\n", from, k->size,
-				(unsigned long long)(n * k->size), (unsigned long long)n);
+			fprintf(fp,
+				"  <size from=\"%zu\" to=\"%zu\" total=\"%llu\" count=\"%llu\"/>\n",
+				from, k->size, (unsigned long long)(n * k->size),
+				(unsigned long long)n);
 		from = k->size + 1;
 	}
 	fprintf(fp, "</sizes>\n");
 	for (int pass = 0; pass < 2; pass++) {
-		fprintf(fp, "<total type=\"fast\" count=\"%llu\" size=\"%llu\"/>\n", (unsigned long long)f.cached_objs,
-			(unsigned long long)f.cached_bytes);
-		fprintf(fp, "<total type=\"rest\" count=\"%llu\" size=\"%llu\"/>\n", (unsigned long long)f.free_objs,
-			(unsigned long long)f.free_bytes);
+		fprintf(fp, "<total type=\"fast\" count=\"%llu\" size=\"%llu\"/>\n",
+			(unsigned long long)f.cached_objs, (unsigned long long)f.cached_bytes);
+		fprintf(fp, "<total type=\"rest\" count=\"%llu\" size=\"%llu\"/>\n",
+			(unsigned long long)f.free_objs, (unsigned long long)f.free_bytes);
 		if (pass == 1)
-			fprintf(fp, "<total type=\"mmap\" count=\"%zu\" size=\"%zu\"/>\n", f.ext_count, f.ext_bytes);
+			fprintf(fp, "<total type=\"mmap\" count=\"%zu\" size=\"%zu\"/>\n",
+				f.ext_count, f.ext_bytes);
 		fprintf(fp, "<system type=\"current\" size=\"%llu\"/>\n", sys);
 		fprintf(fp, "<system type=\"max\" size=\"%llu\"/>\n", sys);
 		fprintf(fp, "<aspace type=\"total\" size=\"%llu\"/>\n",

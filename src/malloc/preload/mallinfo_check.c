@@ -16,7 +16,7 @@
 #include <string.h>
 
 #define N    20000
-#define SIZE 200     /* class 224 */
+#define SIZE 200 /* class 224 */
 #define BIG  (4u << 20)
 
 static int fails;
@@ -68,8 +68,8 @@ int main(void)
 	struct mallinfo old = mallinfo();
 #pragma GCC diagnostic pop
 	long long d = (long long)old.uordblks - (long long)m4.uordblks;
-	check(d > -65536 && d < 65536 && old.hblks == (int)m4.hblks, "mallinfo agrees with mallinfo2",
-	      (long long)old.uordblks, (long long)m4.uordblks);
+	check(d > -65536 && d < 65536 && old.hblks == (int)m4.hblks,
+	      "mallinfo agrees with mallinfo2", (long long)old.uordblks, (long long)m4.uordblks);
 	free(big);
 
 	char *xml = NULL;
