@@ -109,6 +109,8 @@ SHEAF_API __attribute__((used,
 
 	.fc_inuse_shift = 16,
 	.fc_inuse_mask = 0xffff,
+	.node_barn_is_ptr =
+		_Generic(((struct sheaf_node *)0)->barn, struct sheaf_barn * : 1, default : 0),
 };
 
 /* SHEAF_FC_INUSE must agree with the shift and mask above. */

@@ -76,6 +76,8 @@ struct sheaf_ix_root {
 		pcs_link, pcs_cached, pcs_cache;
 	/* The slab's freelist+counters word: inuse = (fc >> shift) & mask. */
 	uint32_t fc_inuse_shift, fc_inuse_mask;
+	/* 1: node_barn is a pointer to the node's barn; 0: the barn is inside the node. */
+	uint32_t node_barn_is_ptr;
 };
 
 /* The library's side (introspect.c): called by sheaf_init() so that a static link

@@ -162,6 +162,37 @@ else
 fi
 [ -z "$wpid" ] || stop
 
+# The same figures as the library's own sheaf_stats_get() (no reaper: it could
+# shrink the cache between the two reads).
+if SHEAF_REAP_MS=0 start "$build/tools/sheafinfo/sheafinfo-workload-linked" && cmd "a 30000" && cmd f &&
+	cmd "a 12345"; then
+	echo s >&3
+	read -r -t 60 -u 4 lib && read -r -t 60 -u 4 line
+	"$INFO" --json "$wpid" >"$tmp/js" 2>&1
+	if diff=$(python3 - "$lib" "$tmp/js" <<'PY'
+import json, sys
+lib = json.loads(sys.argv[1])
+info = [c for c in json.load(open(sys.argv[2]))["caches"] if c["name"] == "workload-100"][0]
+keys = ["slabs", "partial_slabs", "objects_total", "objects_inuse", "objects_cached",
+        "objects_in_pcs", "objects_in_barns", "barn_full", "barn_empty", "bytes_from_os"]
+bad = ["%s %s != %s" % (k, info[k], lib["gauges"][k]) for k in keys if info[k] != lib["gauges"][k]]
+bad += ["%s %s != %s" % (k, info["events"][k], v) for k, v in lib["events"].items()
+        if info["events"].get(k) != v]
+print("; ".join(bad) if bad else "objects_inuse %d, objects_in_barns %d, %d events" % (
+    info["objects_inuse"], info["objects_in_barns"], len(lib["events"])))
+sys.exit(1 if bad else 0)
+PY
+	); then
+		ok "idle linked program: sheafinfo's figures equal sheaf_stats_get's ($diff)"
+	else
+		bad "sheafinfo and sheaf_stats_get differ: $diff"
+	fi
+	stop
+else
+	bad "linked workload (no reaper) did not start"
+fi
+[ -z "$wpid" ] || stop
+
 # ---- The preload library (not under a sanitizer: it owns malloc there) --------------------
 if [ -n "$san" ]; then
 	echo "# preload part skipped: SHEAF_SANITIZE=$san build (the sanitizer replaces malloc)"

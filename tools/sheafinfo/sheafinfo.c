@@ -158,7 +158,7 @@ struct instance {
 	int mode, ncpus, nnodes;
 	uint64_t heap_cap, heap_mapped, heap_returned;
 	/* spans, computed once */
-	size_t cache_span, node_span, sheaf_span, slab_span, pcs_span;
+	size_t cache_span, node_span, barn_span, sheaf_span, slab_span, pcs_span;
 };
 
 struct cache_info {
@@ -267,11 +267,15 @@ static const char *instance_setup(struct instance *in)
 	/* mainv is added per read: it depends on ncpus. */
 	struct sheaf_ix_field bf[] = { ix->barn_full, ix->barn_nr_full, ix->barn_nr_empty,
 				       ix->barn_nr_locks };
-	size_t barn_end = ix->node_barn.off + span(bf, 4);
-	struct sheaf_ix_field nf[] = { ix->node_cache, ix->node_nr_slabs, ix->node_partial };
-	in->node_span = span(nf, 3);
-	if (barn_end > in->node_span)
-		in->node_span = barn_end;
+	in->barn_span = span(bf, 4);
+	struct sheaf_ix_field nf[] = { ix->node_cache, ix->node_nr_slabs, ix->node_partial,
+				       ix->node_barn };
+	in->node_span = span(nf, 4);
+	/* The barn inside the node: the node read covers it too. */
+	if (!ix->node_barn_is_ptr && ix->node_barn.off + in->barn_span > in->node_span)
+		in->node_span = ix->node_barn.off + in->barn_span;
+	if (ix->node_barn_is_ptr && ix->node_barn.size != 8)
+		return "inconsistent barn pointer";
 	struct sheaf_ix_field sf[] = { ix->sheaf_size, ix->sheaf_capacity, ix->sheaf_nalloc,
 				       ix->sheaf_link };
 	in->sheaf_span = span(sf, 4);
@@ -402,9 +406,10 @@ static int read_cache(const struct instance *in, uint64_t addr, struct cache_inf
 	size_t len = in->cache_span > mainv_end ? in->cache_span : mainv_end;
 	unsigned char *b = malloc(len);
 	unsigned char *nb = malloc(in->node_span);
+	unsigned char *barnbuf = malloc(in->barn_span);
 	uint64_t *cpus = NULL;
 	int r = -EFAULT;
-	if (!b || !nb)
+	if (!b || !nb || !barnbuf)
 		die("out of memory");
 	if (rd_or_die(addr, b, len))
 		goto out;
@@ -463,8 +468,15 @@ static int read_cache(const struct instance *in, uint64_t addr, struct cache_inf
 		ci->partial_slabs += part;
 		ci->objects_inuse += part_inuse + off_list * ci->objs_per_slab;
 
-		struct sheaf_ix_field f;
-#define BARN(fld) (f = ix->fld, f.off += ix->node_barn.off, get_field(nb, f))
+		/* The barn: inside the node, or where the node's pointer says. */
+		const unsigned char *bb = nb + ix->node_barn.off;
+		if (ix->node_barn_is_ptr) {
+			uint64_t barn = get_field(nb, ix->node_barn);
+			if (!barn || rd_or_die(barn, barnbuf, in->barn_span))
+				goto out;
+			bb = barnbuf;
+		}
+#define BARN(fld) get_field(bb, ix->fld)
 		uint64_t nr_full = BARN(barn_nr_full);
 		ci->barn_full += nr_full;
 		ci->barn_empty += BARN(barn_nr_empty);
@@ -524,6 +536,7 @@ static int read_cache(const struct instance *in, uint64_t addr, struct cache_inf
 out:
 	free(b);
 	free(nb);
+	free(barnbuf);
 	free(cpus);
 	return r;
 }

@@ -6,6 +6,8 @@
  * Commands on stdin, one per line; each is answered with "ok" on stdout:
  *   a N   allocate N blocks of 100 bytes (kept)
  *   f     free every block kept
+ *   s     (linked build) print the cache's statistics as the library sums them
+ *         (sheaf_stats_print_json, one line) before "ok"
  *   q     quit
  * Built twice: sheafinfo-workload uses malloc (run it under the preload library),
  * sheafinfo-workload-linked (-DWORKLOAD_LINKED, linked with libsheaf.a) uses its
@@ -17,6 +19,7 @@
 
 #ifdef WORKLOAD_LINKED
 #include <sheaf.h>
+#include <sheaf_stats.h>
 static struct sheaf_cache *cache;
 #define ALLOC() sheaf_cache_alloc(cache)
 #define FREE(p) sheaf_cache_free(cache, (p))
@@ -56,6 +59,12 @@ int main(void)
 		} else if (line[0] == 'f') {
 			while (n)
 				FREE(blocks[--n]);
+		} else if (line[0] == 's') {
+#ifdef WORKLOAD_LINKED
+			sheaf_stats_print_json(cache, stdout);
+#else
+			printf("{}\n");
+#endif
 		} else if (line[0] == 'q') {
 			break;
 		}
