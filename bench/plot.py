@@ -29,6 +29,15 @@ COLORS = {
     "sheaf-c512": "#bcbd22", "sheaf-malloc-nochecks": "#ffbb78",
     "sheaf-nochecks": "#ff9896",
 }
+# x-axis titles: what the variant names on the axis are.
+XLABELS = {
+    "fastpath": "pattern / object size (bytes)",
+    "xcpu": "pattern / object size (bytes)",
+    "memory": "workload / object size (bytes)",
+    "mix": "size mix",
+    "rcu": "deferred frees pending at destroy, N other caches",
+    "debugobjects": "threads x objects per burst",
+}
 TITLES = {
     "fastpath": "Fast path, one thread",
     "xcpu": "Cross-CPU producer/consumer",
@@ -90,9 +99,13 @@ def plot_group(out, workload, series, rows):
     bars = {"p10": ", bars min..p25", "min": ", bars min..p25",
             "median": ", bars p25..p75"}.get(stat, "")
     ax.set_ylabel(f"{unit} ({stat}){bars}")
+    ax.set_xlabel(XLABELS.get(workload, "variant"))
+    # A logarithmic axis once the bars span an order of magnitude: on a linear one
+    # the short bars (the fastest contenders) are squashed to a few pixels.
     heights = [num(r["headline"]) for r in rows if num(r["headline"]) > 0]
-    if heights and max(heights) / min(heights) > 30:
+    if heights and max(heights) / min(heights) >= 10:
         ax.set_yscale("log")
+        ax.set_ylabel(f"{unit} ({stat}){bars}, log scale")
     title = TITLES.get(workload, workload)
     ax.set_title(f"{title}: {series} (lower is better)")
     ax.grid(axis="y", alpha=0.3)
