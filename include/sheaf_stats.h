@@ -117,7 +117,7 @@ SHEAF_API void sheaf_stats_print_all_json(FILE *f);
 /* Process-wide page-provider figures. */
 struct sheaf_global_stats {
 	uint32_t size, version;
-	uint64_t heap_reserved;   /* bytes of address space reserved for slabs */
+	uint64_t heap_reserved;   /* bytes of address space the slab heap holds (2 MiB blocks mapped) */
 	uint64_t heap_mapped;     /* bytes handed to slabs and not yet given back */
 	uint64_t heap_returned;   /* bytes given back with madvise over the process life */
 	uint64_t meta_bytes;      /* internal metadata (sheaves, cache structs) */

@@ -17,6 +17,7 @@ PACKAGES=(
 	libnuma-dev      # topology helpers
 	valgrind         # memcheck runs of the tests
 	clang            # second compiler, for a clang build of the tree
+	libclang-rt-14-dev  # clang's sanitizer and libFuzzer runtimes: the fuzz preset (tests/fuzz)
 	clang-format     # .clang-format at the root
 	python3 python3-matplotlib  # benchmark report and plots (issue 8)
 	# Peers measured by the benchmarks (issue 8), loaded with LD_PRELOAD or dlopen.

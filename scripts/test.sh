@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # test.sh - install what is missing, then build and run every test under each
-# CI configuration: release, ASan+UBSan and TSan (CMakePresets.json).
+# CI configuration: release, ASan+UBSan, TSan and the fuzz targets (CMakePresets.json).
 #
 # Usage: scripts/test.sh [ctest arguments...]     e.g. scripts/test.sh -R unit/
 # Environment:
-#   SHEAF_TEST_PRESETS  presets to run, in order (default "release asan tsan";
-#                       "debug" is also available)
+#   SHEAF_TEST_PRESETS  presets to run, in order (default "release asan tsan fuzz";
+#                       "debug" is also available).  fuzz builds the libFuzzer
+#                       targets with clang and runs each for 60 s (tests/fuzz)
 #   SHEAF_JOBS          parallel build jobs and tests (default 2: the CI machine)
 # Exits non-zero if any configure, build or test fails, or if a preset ran no test.
 # Logs: build/logs/<preset>-{configure,build,test}.log, build/logs/package.log
@@ -24,7 +25,7 @@ UBSAN_RUN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # by the design (docs/locking.md), not by TSan.
 TSAN_RUN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:detect_deadlocks=0"
 
-PRESETS=${SHEAF_TEST_PRESETS:-release asan tsan}
+PRESETS=${SHEAF_TEST_PRESETS:-release asan tsan fuzz}
 JOBS=${SHEAF_JOBS:-2}
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -69,7 +70,7 @@ for p in $PRESETS; do
 		echo "== [$p] ctest"
 		env_run=()
 		case $p in
-		asan) env_run=(ASAN_OPTIONS="$ASAN_RUN_OPTIONS" UBSAN_OPTIONS="$UBSAN_RUN_OPTIONS") ;;
+		asan | fuzz) env_run=(ASAN_OPTIONS="$ASAN_RUN_OPTIONS" UBSAN_OPTIONS="$UBSAN_RUN_OPTIONS") ;;
 		tsan) env_run=(TSAN_OPTIONS="$TSAN_RUN_OPTIONS") ;;
 		esac
 		env "${env_run[@]}" ctest --preset "$p" -j "$JOBS" --output-on-failure \

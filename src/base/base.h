@@ -44,7 +44,8 @@ enum sheaf_fault_kind {
  * @persistent, that call and every later one fail until disarmed. */
 void sheaf_fault_arm(enum sheaf_fault_kind k, long nth, bool persistent);
 void sheaf_fault_disarm_all(void);
-unsigned long sheaf_fault_hits(enum sheaf_fault_kind k); /* injected failures so far */
+unsigned long sheaf_fault_hits(enum sheaf_fault_kind k);  /* injected failures so far */
+unsigned long sheaf_fault_calls(enum sheaf_fault_kind k); /* calls of that kind so far */
 bool sheaf_fault_fail(enum sheaf_fault_kind k);           /* the wrappers' test */
 /* Failures of munmap and madvise seen (injected or real), by kind: memory that stayed
  * mapped.  Read by tests and the stats line. */

@@ -44,8 +44,16 @@ unsigned long sheaf_fault_hits(enum sheaf_fault_kind k)
 	return atomic_load(&fault_hits[k]);
 }
 
+static atomic_ulong fault_calls[SHEAF_FAULT_NR];
+
+unsigned long sheaf_fault_calls(enum sheaf_fault_kind k)
+{
+	return atomic_load(&fault_calls[k]);
+}
+
 bool sheaf_fault_fail(enum sheaf_fault_kind k)
 {
+	atomic_fetch_add_explicit(&fault_calls[k], 1, memory_order_relaxed);
 	if (sheaf_likely(atomic_load_explicit(&fault_left[k], memory_order_relaxed) == 0))
 		return false;
 	long v = atomic_fetch_sub(&fault_left[k], 1);

@@ -115,9 +115,22 @@ struct sheaf_cache *_Atomic sheaf_malloc_classes[SHEAF_SC_COUNT];
 struct sheaf_cache *_Atomic sheaf_malloc_small[SHEAF_SC_TABLE_MAX / 8 + 1];
 static pthread_mutex_t sc_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int fork_handlers_registered;
-/* The core could not start (no address space for its heap): set once, so the
- * start-up is not retried on every allocation. */
-static atomic_int core_failed;
+/* The core could not start (no address space for its heap): when it last failed
+ * (CLOCK_MONOTONIC ns, never 0), so the start-up is not retried on every
+ * allocation; 0 while it has not failed. */
+static _Atomic uint64_t core_failed;
+
+/* Whether size-class requests skip the core.  The preload, once it has sent them to
+ * glibc's allocator, stays with it; the direct API tries the start-up again a second
+ * after it failed, so a process whose address-space limit was raised, or whose
+ * failing mmap was transient, gets its small blocks again. */
+static bool core_down(void)
+{
+	uint64_t t = atomic_load_explicit(&core_failed, memory_order_relaxed);
+	if (sheaf_likely(t == 0))
+		return false;
+	return sheaf_preload_fallback_alloc || sheaf_os_now_ns() - t < 1000000000ull;
+}
 
 static void fork_prepare(void);
 static void fork_parent(void);
@@ -148,7 +161,7 @@ static struct sheaf_cache *__attribute__((noinline)) class_create(unsigned int i
 		c = sheaf_cache_create_class(name, sheaf_sc_size[i], &args);
 		tls_creating--;
 		if (!c && atomic_load_explicit(&sheaf_g.init_state, memory_order_acquire) != 2)
-			atomic_store_explicit(&core_failed, 1, memory_order_relaxed);
+			atomic_store_explicit(&core_failed, sheaf_os_now_ns() | 1, memory_order_relaxed);
 		if (c) {
 			size_t osz = sheaf_cache_object_size(c);
 			/* sheaf_malloc_class_of() depends on this; the core only rounds
@@ -158,6 +171,7 @@ static struct sheaf_cache *__attribute__((noinline)) class_create(unsigned int i
 				       name, osz);
 				c = NULL;
 			} else {
+				atomic_store_explicit(&core_failed, 0, memory_order_relaxed);
 				atomic_store_explicit(&sheaf_malloc_classes[i], c, memory_order_release);
 				for (unsigned int j = 0; j <= SHEAF_SC_TABLE_MAX / 8; j++)
 					if (sheaf_sc_small[j] == i)
@@ -187,7 +201,7 @@ static void fork_handlers_ensure(void)
 	if (sheaf_likely(atomic_load_explicit(&fork_handlers_registered, memory_order_relaxed)) ||
 	    tls_creating)
 		return;
-	if (!atomic_load_explicit(&core_failed, memory_order_relaxed)) {
+	if (!core_down()) {
 		/* Start the core and register in the right order. */
 		if (class_create(0) || !atomic_load_explicit(&core_failed, memory_order_relaxed))
 			return;
@@ -986,8 +1000,7 @@ void *sheaf_malloc_slow(size_t n)
 	if (n > SHEAF_SC_MAX)
 		return large_alloc(n, 0, false);
 	unsigned int i = sheaf_sc_index(n);
-	struct sheaf_cache *c = atomic_load_explicit(&core_failed, memory_order_relaxed) ? NULL
-										      : class_create(i);
+	struct sheaf_cache *c = core_down() ? NULL : class_create(i);
 	if (!c)
 		return no_class(n, 0);
 	return sheaf_cache_alloc(c);
@@ -1163,7 +1176,7 @@ void *sheaf_aligned_alloc(size_t align, size_t n)
 			i++;
 		struct sheaf_cache *c = atomic_load_explicit(&sheaf_malloc_classes[i], memory_order_acquire);
 		if (unlikely(!c)) {
-			c = atomic_load_explicit(&core_failed, memory_order_relaxed) ? NULL : class_create(i);
+			c = core_down() ? NULL : class_create(i);
 			if (!c)
 				return no_class(n, align);
 		}

@@ -180,7 +180,7 @@ static int window_place_locked(size_t cap)
 			return -ENOMEM; /* not even 2 MiB of address space */
 		if (sheaf_sys_munmap(x, SHEAF_BLOCK_SIZE) != 0)
 			return -ENOMEM;
-		for (size_t gap = total; ; gap /= 16) {
+		for (size_t gap = total;; gap /= 16) {
 			uintptr_t top = (uintptr_t)x;
 			if (top > gap + total + (1ul << 32)) {
 				char *w = (char *)((top - gap - total) & ~(SHEAF_BLOCK_SIZE - 1));

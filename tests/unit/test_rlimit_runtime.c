@@ -138,7 +138,8 @@ static void run(const struct alloc_ops *a)
 	/* Usable again once the limit is raised: 64 MiB more. */
 	limit_restore();
 	size_t more = 64 * MiB / a->size;
-	CHECKF(take(a, &c, more, &err) == 1, "%s: after raising the limit: %s\n", a->name, strerror(err));
+	CHECKF(take(a, &c, more, &err) == 1, "%s: after raising the limit: %s\n", a->name,
+	       strerror(err));
 
 	bad = give(a, &c, SIZE_MAX);
 	CHECKF(bad == 0, "%s: %zu corrupted bytes\n", a->name, bad);
