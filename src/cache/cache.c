@@ -567,9 +567,7 @@ static sheaf_noinline void *alloc_slow(struct sheaf_cache *c, const void *caller
 		sheaf_pcs_unlock(c, pcs);
 		return alloc_from_slab(c, caller);
 	}
-	m = pcs->main;
-	void *obj = m->objects[m->size - 1];
-	sheaf_wr(m->size, m->size - 1);
+	void *obj = sheaf_sheaf_pop(pcs->main);
 	sheaf_stat_add(pcs, SHEAF_STAT_ALLOC_FASTPATH, 1);
 	sheaf_pcs_unlock(c, pcs);
 	sheaf_mark_clear(c, obj);
@@ -579,20 +577,13 @@ static sheaf_noinline void *alloc_slow(struct sheaf_cache *c, const void *caller
 /* Per-thread fast path (design §6, per-thread mode), then the slow path. */
 static inline void *alloc_thread(struct sheaf_cache *c, const void *caller)
 {
-	struct sheaf_pcs *pcs = sheaf_likely(c != NULL) ? sheaf_pcs_current(c) : NULL;
-	if (sheaf_likely(pcs)) {
-		struct sheaf_sheaf *m = pcs->main;
-		uint32_t n = m->size;
-		if (sheaf_likely(n)) {
-			m->nalloc++;
-			sheaf_wr(m->size, n - 1);
-			void *o = m->objects[n - 1];
-			sheaf_mark_clear(c, o);
-			sheaf_track_obj_alloc(c, o); /* nothing unless Valgrind/ASan (track.h) */
-			return o;
-		}
+	void *o;
+	if (sheaf_likely(c != NULL) && sheaf_likely(sheaf_thread_pop(c, &o))) {
+		sheaf_mark_clear(c, o);
+		sheaf_track_obj_alloc(c, o); /* nothing unless Valgrind/ASan (track.h) */
+		return o;
 	}
-	void *o = alloc_slow(c, caller);
+	o = alloc_slow(c, caller);
 	sheaf_track_obj_alloc(c, o);
 	return o;
 }
@@ -608,16 +599,14 @@ SHEAF_API void *sheaf_cache_alloc(struct sheaf_cache *c)
 {
 #if SHEAF_HAVE_RSEQ
 	/* Per-CPU fast path: a restartable sequence popping the current CPU's main
-	 * (rseq.h).  Empty, locked (sentinel; a destroyed cache has it on every CPU), no
-	 * rseq CPU, or aborted: slow.  NULL is tested first (reported by the slow path). */
+	 * (fastpath.h).  Empty, locked (sentinel; a destroyed cache has it on every CPU),
+	 * no rseq CPU, or aborted: slow.  NULL is tested first (reported by the slow path). */
 	void *o;
-	if (sheaf_unlikely(!c))
-		goto slow;
-	SHEAF_RSEQ_POP(c, o, slow);
-	sheaf_mark_clear(c, o);
-	sheaf_track_obj_alloc(c, o);
-	return o;
-slow:
+	if (sheaf_likely(c != NULL) && sheaf_likely(sheaf_cpu_pop(c, &o))) {
+		sheaf_mark_clear(c, o);
+		sheaf_track_obj_alloc(c, o);
+		return o;
+	}
 	return alloc_thread_noinline(c, __builtin_return_address(0));
 #else
 	return alloc_thread(c, __builtin_return_address(0));
@@ -688,7 +677,7 @@ void sheaf_cache_free_slowpath(struct sheaf_cache *c, void *obj, struct sheaf_pc
 		return;
 	}
 	struct sheaf_sheaf *m = pcs->main;
-	if (sheaf_unlikely(m->size && m->objects[m->size - 1] == obj)) {
+	if (sheaf_unlikely(sheaf_sheaf_top_is(m, obj))) {
 		/* Only reachable without the mark (SHEAF_FREE_CHECKS=0, ASan, memcheck). */
 		sheaf_pcs_unlock(c, pcs);
 		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
@@ -699,9 +688,7 @@ void sheaf_cache_free_slowpath(struct sheaf_cache *c, void *obj, struct sheaf_pc
 		free_to_slab(c, obj);
 		return;
 	}
-	m = pcs->main;
-	m->objects[m->size] = obj;
-	sheaf_wr(m->size, m->size + 1);
+	sheaf_sheaf_push(pcs->main, obj);
 	sheaf_stat_add(pcs, SHEAF_STAT_FREE_FASTPATH, 1);
 	sheaf_pcs_unlock(c, pcs);
 }
@@ -709,28 +696,8 @@ void sheaf_cache_free_slowpath(struct sheaf_cache *c, void *obj, struct sheaf_pc
 /* Per-thread fast path (design §6, per-thread mode), then the slow path. */
 static inline void free_thread(struct sheaf_cache *c, void *obj)
 {
-	struct sheaf_pcs *pcs = sheaf_likely(c != NULL) ? sheaf_pcs_current(c) : NULL;
-	uintptr_t key = sheaf_page_key(obj);
-	if (sheaf_likely(pcs && !sheaf_free_check_hook)) {
-		struct sheaf_sheaf *m = pcs->main;
-		uint32_t n = m->size;
-		/* One compare covers "this cache", "this node" and "not the sentinel"; then
-		 * the object-start test and the free mark (slab/freecheck.h). */
-		if (sheaf_likely(key == m->key && n < m->capacity &&
-				 (!c->free_checks || sheaf_obj_is_start(c, obj)) &&
-				 (!c->free_mark || *sheaf_mark_word(c, obj) != sheaf_free_key) &&
-				 (n == 0 || m->objects[n - 1] != obj))) {
-			if (sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
-				sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
-				return;
-			}
-			if (c->free_mark)
-				*sheaf_mark_word(c, obj) = sheaf_free_key;
-			m->objects[n] = obj;
-			sheaf_wr(m->size, n + 1);
-			return;
-		}
-	}
+	if (sheaf_likely(c != NULL) && sheaf_likely(sheaf_thread_push(c, obj, sheaf_page_key(obj))))
+		return;
 	sheaf_cache_free_slowpath(c, obj, NULL);
 }
 
@@ -751,8 +718,9 @@ SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj)
 	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1) && !SHEAF_TRACK_ENABLED) {
 		if (sheaf_unlikely(!sheaf_obj_is_start(c, obj)))
 			goto slow;
-		SHEAF_RSEQ_PUSH_MARK(c, obj, slow);
-		return;
+		if (sheaf_likely(sheaf_cpu_push_mark(c, obj)))
+			return;
+		goto slow;
 	}
 	/* The other cases look the key up first and check that it names a node of @c,
 	 * so that the mark, where there is one, is safe to read before the sequence. */
@@ -772,9 +740,8 @@ SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj)
 			sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
 			return;
 		}
-		SHEAF_RSEQ_PUSH_KEY(c, obj, key, untrack);
-		return;
-untrack:
+		if (sheaf_likely(sheaf_cpu_push_key(c, obj, key)))
+			return;
 		/* The contents stay as they were: defined (the slow path reads sheaf
 		 * metadata objects, and the hook reads the object). */
 		if (sheaf_track_asan_ok(c))
@@ -791,16 +758,15 @@ untrack:
 		if (sheaf_unlikely(old == sheaf_free_key))
 			goto slow;
 		*mk = sheaf_free_key;
-		SHEAF_RSEQ_PUSH_KEY(c, obj, key, unmark_at);
-		return;
-unmark_at:
+		if (sheaf_likely(sheaf_cpu_push_key(c, obj, key)))
+			return;
 		*mk = old;
 		goto slow;
 	}
 	if (c->free_checks && sheaf_unlikely(!sheaf_obj_is_start(c, obj)))
 		goto slow;
-	SHEAF_RSEQ_PUSH_KEY(c, obj, key, slow);
-	return;
+	if (sheaf_likely(sheaf_cpu_push_key(c, obj, key)))
+		return;
 slow:
 	free_thread_noinline(c, obj);
 #else
@@ -831,8 +797,7 @@ SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **
 			struct sheaf_sheaf *m = pcs->main;
 			uint32_t take = (uint32_t)SHEAF_MIN((size_t)m->size, n - done);
 			if (take) { /* never write to the shared sentinel */
-				memcpy(objs + done, m->objects + (m->size - take), take * sizeof(void *));
-				sheaf_wr(m->size, m->size - take);
+				sheaf_sheaf_pop_n(m, objs + done, take);
 				done += take;
 				sheaf_stat_add(pcs, SHEAF_STAT_ALLOC_FASTPATH, take);
 			}
@@ -938,9 +903,7 @@ SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **obj
 				local = false;
 		}
 		if (local) {
-			struct sheaf_sheaf *m = pcs->main;
-			m->objects[m->size] = obj;
-			sheaf_wr(m->size, m->size + 1);
+			sheaf_sheaf_push(pcs->main, obj);
 			sheaf_stat_add(pcs, SHEAF_STAT_FREE_FASTPATH, 1);
 			continue;
 		}
@@ -1078,10 +1041,9 @@ SHEAF_API void *sheaf_cache_alloc_from(struct sheaf_cache *c, struct sheaf_prefi
 	do {
 		if (s->size == 0)
 			return NULL;
-		sheaf_wr(s->size, s->size - 1);
+		o = sheaf_sheaf_pop(s);
 		/* Counted like any allocation from a sheaf (K§6.1 ALLOC_FASTPATH). */
 		sheaf_stat_atomic(c, SHEAF_STAT_ALLOC_FASTPATH, 1);
-		o = s->objects[s->size];
 		/* A debug cache's prefilled objects come straight from its slabs, still
 		 * free: check and mark them as every other allocation (corrupt: leaked). */
 	} while (sheaf_unlikely(c->debug_flags) &&

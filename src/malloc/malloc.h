@@ -94,13 +94,13 @@ static inline void *sheaf_malloc_inline(size_t n)
 	if (sheaf_likely(c != NULL)) {
 #if SHEAF_HAVE_RSEQ
 		if (!SHEAF_TRACK_ENABLED) {
-			/* The class cache's per-CPU pop inlined here (rseq.h): no call. */
+			/* The class cache's per-CPU pop inlined here (fastpath.h): no call. */
 			void *o;
-			SHEAF_RSEQ_POP(c, o, slow_alloc);
-			sheaf_mark_clear(c, o);
-			return o;
+			if (sheaf_likely(sheaf_cpu_pop(c, &o))) {
+				sheaf_mark_clear(c, o);
+				return o;
+			}
 		}
-slow_alloc:
 #endif
 		return sheaf_cache_alloc(c);
 	}
@@ -133,17 +133,17 @@ static inline void sheaf_free_inline(void *p)
 				struct sheaf_cache *fc = ((struct sheaf_node *)k)->malloc_cache;
 				/* p lies in a slab of a class cache: the object-start test
 				 * and the free mark (slab/freecheck.h), as in sheaf_cache_free;
-				 * the sequence tests and writes the mark (rseq.h). */
+				 * the sequence tests and writes the mark (fastpath.h). */
 				if (sheaf_likely(fc != NULL) && sheaf_likely(fc->free_mark == SHEAF_MARK_WORD1)) {
 					if (sheaf_unlikely(!sheaf_obj_is_start(fc, p)))
 						goto slow_free;
-					SHEAF_RSEQ_PUSH_KEY_MARK(fc, p, k, slow_free);
-					return;
+					if (sheaf_likely(sheaf_cpu_push_key_mark(fc, p, k)))
+						return;
+					goto slow_free;
 				}
-				if (sheaf_likely(fc != NULL) && !fc->free_checks) {
-					SHEAF_RSEQ_PUSH_KEY(fc, p, k, slow_free);
+				if (sheaf_likely(fc != NULL) && !fc->free_checks &&
+				    sheaf_likely(sheaf_cpu_push_key(fc, p, k)))
 					return;
-				}
 			}
 		}
 	}

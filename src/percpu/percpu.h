@@ -170,6 +170,7 @@ static inline uint64_t sheaf_sig_mix(uint64_t sig, uint64_t v)
 	return (sig ^ v) * 0x100000001B3ull;
 }
 
-#include "percpu/rseq.h" /* the restartable sequences of the fast paths */
+#include "percpu/rseq.h"     /* the restartable sequences of the fast paths */
+#include "percpu/fastpath.h" /* pop and push, written once */
 
 #endif /* SHEAF_LAYER_PERCPU_H */

@@ -119,7 +119,8 @@ void sheaf_rseq_fork_child(void);
 #define SHEAF_RSEQ_MAINV_DISP \
 	(offsetof(struct sheaf_cache, mainv) + 2 * sizeof(struct sheaf_sheaf *))
 
-/* Alloc fast path: pops into @obj, or jumps to label @slow.  11 instructions. */
+/* Alloc fast path: pops into @obj, or jumps to label @slow (used by fastpath.h
+ * only).  11 instructions. */
 #define SHEAF_RSEQ_POP(c, obj, slow)                                           \
 	asm goto("mov sheaf_rseq_offset(%%rip), %%rdx\n\t"                     \
 		 "mov .Lsheaf_pop_slot%=(%%rip), %%rcx\n\t"                    \
@@ -142,50 +143,38 @@ void sheaf_rseq_fork_child(void);
 		 : "rcx", "rdx", "cc", "memory"                                \
 		 : slow)
 
-/* The push itself, from the pagemap key in %rdx on (shared by the two free paths
- * below): publish the descriptor, compare the key with the main's, push, commit. */
-#define SHEAF_RSEQ_PUSH_SEQ(slow)                                                   \
+/* The push itself, from the pagemap key in %rdx on: publish the descriptor, compare the
+ * key with the main's, test the room, run @mark (empty, or the free-mark test below),
+ * push, commit.  Written once; @p names the sequence's labels. */
+#define SHEAF_RSEQ_PUSH_BODY(p, mark, slow)                                          \
 	"mov sheaf_rseq_offset(%%rip), %%rax\n\t"                                  \
-	"mov .Lsheaf_push_slot%=(%%rip), %%rcx\n\t"                                \
-	"mov %%rcx, %%fs:8(%%rax)\n"                                                \
-	".Lsheaf_push_start%=:\n\t"                                                \
+	"mov " p "_slot%=(%%rip), %%rcx\n\t"                                       \
+	"mov %%rcx, %%fs:8(%%rax)\n" p "_start%=:\n\t"                              \
 	"movslq %%fs:4(%%rax), %%rcx\n\t"                                          \
 	"mov %c[mv](%[cache],%%rcx,8), %%rcx\n\t"                                  \
 	"cmp %c[key](%%rcx), %%rdx\n\t"                                            \
 	"jne %l[" #slow "]\n\t"                                                    \
 	"mov %c[size](%%rcx), %%eax\n\t"                                           \
 	"cmp %c[cap](%%rcx), %%eax\n\t"                                            \
-	"jae %l[" #slow "]\n\t"                                                    \
+	"jae %l[" #slow "]\n\t" mark                                               \
 	"mov %[o], %c[objs](%%rcx,%%rax,8)\n\t"                                    \
-	"addl $1, %c[size](%%rcx)\n"                                                \
-	".Lsheaf_push_end%=:\n\t" SHEAF_RSEQ_TAIL(".Lsheaf_push", slow)
+	"addl $1, %c[size](%%rcx)\n" p "_end%=:\n\t" SHEAF_RSEQ_TAIL(p, slow)
 
-/* The same push with the free mark of a cache whose mark is the object's second word
- * (slab/freecheck.h, SHEAF_MARK_WORD1): once the key test has shown that @obj lies in
+/* The free mark of a cache whose mark is the object's second word (slab/freecheck.h,
+ * SHEAF_MARK_WORD1), inside the sequence: once the key test has shown that @obj lies in
  * a slab of this cache (so reading it is safe), a mark equal to sheaf_free_key sends
  * the free to the slow path (maybe a double free: confirmed there), otherwise the key
  * is written into the mark before the commit.  An abort after that store leaves the
  * mark set on an object that is not in any sheaf: the slow path then finds the mark,
  * searches, finds nothing and frees it (a rare extra search, never a false report). */
-#define SHEAF_RSEQ_PUSH_SEQ_MARK(slow)                                              \
-	"mov sheaf_rseq_offset(%%rip), %%rax\n\t"                                  \
-	"mov .Lsheaf_pushm_slot%=(%%rip), %%rcx\n\t"                               \
-	"mov %%rcx, %%fs:8(%%rax)\n"                                                \
-	".Lsheaf_pushm_start%=:\n\t"                                               \
-	"movslq %%fs:4(%%rax), %%rcx\n\t"                                          \
-	"mov %c[mv](%[cache],%%rcx,8), %%rcx\n\t"                                  \
-	"cmp %c[key](%%rcx), %%rdx\n\t"                                            \
-	"jne %l[" #slow "]\n\t"                                                    \
-	"mov %c[size](%%rcx), %%eax\n\t"                                           \
-	"cmp %c[cap](%%rcx), %%eax\n\t"                                            \
-	"jae %l[" #slow "]\n\t"                                                    \
+#define SHEAF_RSEQ_MARK(slow)                                                        \
 	"mov sheaf_free_key(%%rip), %%rdx\n\t"                                     \
 	"cmp %%rdx, 8(%[o])\n\t"                                                   \
 	"je %l[" #slow "]\n\t"                                                     \
-	"mov %%rdx, 8(%[o])\n\t"                                                   \
-	"mov %[o], %c[objs](%%rcx,%%rax,8)\n\t"                                    \
-	"addl $1, %c[size](%%rcx)\n"                                                \
-	".Lsheaf_pushm_end%=:\n\t" SHEAF_RSEQ_TAIL(".Lsheaf_pushm", slow)
+	"mov %%rdx, 8(%[o])\n\t"
+
+#define SHEAF_RSEQ_PUSH_SEQ(slow)      SHEAF_RSEQ_PUSH_BODY(".Lsheaf_push", "", slow)
+#define SHEAF_RSEQ_PUSH_SEQ_MARK(slow) SHEAF_RSEQ_PUSH_BODY(".Lsheaf_pushm", SHEAF_RSEQ_MARK(slow), slow)
 
 #define SHEAF_RSEQ_PUSH_OPERANDS                                                               \
 	[mv] "i"(SHEAF_RSEQ_MAINV_DISP), [size] "i"(offsetof(struct sheaf_sheaf, size)),       \
@@ -193,16 +182,16 @@ void sheaf_rseq_fork_child(void);
 		[key] "i"(offsetof(struct sheaf_sheaf, key)),                                  \
 		[objs] "i"(offsetof(struct sheaf_sheaf, objects))
 
-/* Free fast path: pushes @obj, or jumps to label @slow.  19 instructions.  The key
- * lookup is sheaf_page_key() with the bound taken from sheaf_page_fast_limit. */
-#define SHEAF_RSEQ_PUSH(c, obj, slow)                                                  \
+/* The page-map key of @obj into %rdx (sheaf_page_key() with the bound taken from
+ * sheaf_page_fast_limit), then @seq. */
+#define SHEAF_RSEQ_LOOKUP_THEN(c, obj, seq, slow)                                      \
 	asm goto("mov %[o], %%rax\n\t"                                                 \
 		 "sub sheaf_heap+%c[hbase](%%rip), %%rax\n\t"                          \
 		 "cmp sheaf_page_fast_limit(%%rip), %%rax\n\t"                         \
 		 "jae %l[" #slow "]\n\t"                                               \
 		 "shr %[pshift], %%rax\n\t"                                            \
 		 "mov sheaf_heap+%c[hmap](%%rip), %%rdx\n\t"                           \
-		 "mov (%%rdx,%%rax,8), %%rdx\n\t" SHEAF_RSEQ_PUSH_SEQ(slow)            \
+		 "mov (%%rdx,%%rax,8), %%rdx\n\t" seq                                  \
 		 :                                                                       \
 		 : [cache] "r"(c), [o] "r"(obj),                                         \
 		   [hbase] "i"(offsetof(struct sheaf_heap, base)),                       \
@@ -211,39 +200,23 @@ void sheaf_rseq_fork_child(void);
 		 : "rax", "rcx", "rdx", "cc", "memory"                                   \
 		 : slow)
 
-/* The same push for a caller that has already looked @key up in the page map (the
- * malloc front end, which needs the owning cache before it can choose a path): one
- * page-map load per free instead of two. */
-#define SHEAF_RSEQ_PUSH_KEY(c, obj, k, slow)                                           \
-	asm goto(SHEAF_RSEQ_PUSH_SEQ(slow)                                               \
+/* @seq for a caller that has already looked @k up in the page map (one page-map load
+ * per free instead of two). */
+#define SHEAF_RSEQ_KEY_THEN(c, obj, k, seq, slow)                                      \
+	asm goto(seq                                                                     \
 		 :                                                                       \
 		 : [cache] "r"(c), [o] "r"(obj), "d"(k), SHEAF_RSEQ_PUSH_OPERANDS        \
 		 : "rax", "rcx", "cc", "memory"                                          \
 		 : slow)
 
-/* SHEAF_RSEQ_PUSH and SHEAF_RSEQ_PUSH_KEY with the free mark (SHEAF_RSEQ_PUSH_SEQ_MARK). */
-#define SHEAF_RSEQ_PUSH_MARK(c, obj, slow)                                             \
-	asm goto("mov %[o], %%rax\n\t"                                                 \
-		 "sub sheaf_heap+%c[hbase](%%rip), %%rax\n\t"                          \
-		 "cmp sheaf_page_fast_limit(%%rip), %%rax\n\t"                         \
-		 "jae %l[" #slow "]\n\t"                                               \
-		 "shr %[pshift], %%rax\n\t"                                            \
-		 "mov sheaf_heap+%c[hmap](%%rip), %%rdx\n\t"                           \
-		 "mov (%%rdx,%%rax,8), %%rdx\n\t" SHEAF_RSEQ_PUSH_SEQ_MARK(slow)       \
-		 :                                                                       \
-		 : [cache] "r"(c), [o] "r"(obj),                                         \
-		   [hbase] "i"(offsetof(struct sheaf_heap, base)),                       \
-		   [hmap] "i"(offsetof(struct sheaf_heap, pagemap)),                     \
-		   [pshift] "i"(SHEAF_PAGE_SHIFT), SHEAF_RSEQ_PUSH_OPERANDS              \
-		 : "rax", "rcx", "rdx", "cc", "memory"                                   \
-		 : slow)
-
-#define SHEAF_RSEQ_PUSH_KEY_MARK(c, obj, k, slow)                                      \
-	asm goto(SHEAF_RSEQ_PUSH_SEQ_MARK(slow)                                          \
-		 :                                                                       \
-		 : [cache] "r"(c), [o] "r"(obj), "d"(k), SHEAF_RSEQ_PUSH_OPERANDS        \
-		 : "rax", "rcx", "cc", "memory"                                          \
-		 : slow)
+/* Free fast paths: push @obj, or jump to label @slow (used by fastpath.h only).
+ * SHEAF_RSEQ_PUSH is 19 instructions. */
+#define SHEAF_RSEQ_PUSH(c, obj, slow) SHEAF_RSEQ_LOOKUP_THEN(c, obj, SHEAF_RSEQ_PUSH_SEQ(slow), slow)
+#define SHEAF_RSEQ_PUSH_MARK(c, obj, slow) \
+	SHEAF_RSEQ_LOOKUP_THEN(c, obj, SHEAF_RSEQ_PUSH_SEQ_MARK(slow), slow)
+#define SHEAF_RSEQ_PUSH_KEY(c, obj, k, slow) SHEAF_RSEQ_KEY_THEN(c, obj, k, SHEAF_RSEQ_PUSH_SEQ(slow), slow)
+#define SHEAF_RSEQ_PUSH_KEY_MARK(c, obj, k, slow) \
+	SHEAF_RSEQ_KEY_THEN(c, obj, k, SHEAF_RSEQ_PUSH_SEQ_MARK(slow), slow)
 
 #endif /* SHEAF_HAVE_RSEQ */
 

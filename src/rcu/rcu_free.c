@@ -701,14 +701,14 @@ SHEAF_API void sheaf_cache_free_rcu(struct sheaf_cache *c, void *obj)
 		fallback_add(c, ops, obj);
 		return;
 	}
-	if (sheaf_unlikely(s->size && s->objects[s->size - 1] == obj)) {
+	if (sheaf_unlikely(sheaf_sheaf_top_is(s, obj))) {
 		pthread_mutex_unlock(&pcs->rcu_lock);
 		sheaf_pcs_unlock(c, pcs);
 		atomic_fetch_sub(&c->rcu_inflight_objects, 1);
 		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "free_rcu of an object already free");
 		return;
 	}
-	s->objects[s->size++] = obj;
+	sheaf_sheaf_push(s, obj);
 	sheaf_stat_add(pcs, SHEAF_STAT_FREE_RCU_SHEAF, 1);
 	if (s->size == s->capacity) {
 		/* K§4.2 step 4: detach and submit before unlocking. */

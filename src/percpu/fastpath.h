@@ -1,0 +1,167 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fastpath.h - the per-CPU layer's pop and push, written once (design §6).
+ *
+ * Every entry that takes an object from, or gives one to, a main sheaf goes through
+ * these: the object API's single and bulk paths (cache/cache.c), the malloc front
+ * end's inline paths (malloc/malloc.h), prefilled sheaves, the RCU layer's rcu_free
+ * sheaf, and the slow paths that run with the pcs locked.  Three levels:
+ *
+ *   sheaf_sheaf_pop / _push / _pop_n   a sheaf its caller owns: the pcs lock is held,
+ *                                      or the sheaf is not installed anywhere;
+ *   sheaf_cpu_pop / sheaf_cpu_push_*   the calling CPU's main in per-CPU mode: one
+ *                                      restartable sequence each (rseq.h), no lock;
+ *   sheaf_thread_pop / _push           the calling thread's main in per-thread mode:
+ *                                      its owner, no lock.
+ *
+ * The cpu and thread functions return false when the fast path does not apply (main
+ * empty or full, locked, another node's object, the other mode, an aborted sequence,
+ * a check that wants the slow path); the caller then takes its slow path.  They are
+ * always inlined, so that a miss is a jump to the caller's slow path, as if the
+ * sequence were written in the caller (tools/fastpath-golden.sh counts the result).
+ */
+#ifndef SHEAF_PERCPU_FASTPATH_H
+#define SHEAF_PERCPU_FASTPATH_H
+
+#include <string.h>
+
+#include "percpu/percpu.h"
+
+#define sheaf_fast_inline static inline __attribute__((always_inline))
+
+/* ---- A sheaf its caller owns ---------------------------------------------------------- */
+
+/* The top object of @s, taken off; @s is not empty. */
+sheaf_fast_inline void *sheaf_sheaf_pop(struct sheaf_sheaf *s)
+{
+	uint32_t n = s->size;
+	sheaf_wr(s->size, n - 1); /* size is read racily by gauges and searches */
+	return s->objects[n - 1];
+}
+
+/* @obj on top of @s; @s is not full. */
+sheaf_fast_inline void sheaf_sheaf_push(struct sheaf_sheaf *s, void *obj)
+{
+	uint32_t n = s->size;
+	s->objects[n] = obj;
+	sheaf_wr(s->size, n + 1);
+}
+
+/* The top @n objects of @s (n <= size) into @objs, in the order they were pushed. */
+sheaf_fast_inline void sheaf_sheaf_pop_n(struct sheaf_sheaf *s, void **objs, uint32_t n)
+{
+	memcpy(objs, s->objects + (s->size - n), n * sizeof(void *));
+	sheaf_wr(s->size, s->size - n);
+}
+
+/* Is @obj the top of @s (the cheap double-free test when there is no free mark)? */
+sheaf_fast_inline bool sheaf_sheaf_top_is(const struct sheaf_sheaf *s, const void *obj)
+{
+	return s->size && s->objects[s->size - 1] == obj;
+}
+
+/* ---- The calling CPU's main sheaf, per-CPU mode ------------------------------------- */
+
+/* Pop into *@obj from the calling CPU's main of @c (non-NULL). */
+sheaf_fast_inline bool sheaf_cpu_pop(struct sheaf_cache *c, void **obj)
+{
+#if SHEAF_HAVE_RSEQ
+	void *o;
+	SHEAF_RSEQ_POP(c, o, miss);
+	*obj = o;
+	return true;
+miss:
+#endif
+	(void)c;
+	(void)obj;
+	return false;
+}
+
+/* Push @obj, whose page-map key the caller looked up (@key), on the calling CPU's main
+ * of @c: the key must be the main's (this cache, this node, not the sentinel). */
+sheaf_fast_inline bool sheaf_cpu_push_key(struct sheaf_cache *c, void *obj, uintptr_t key)
+{
+#if SHEAF_HAVE_RSEQ
+	SHEAF_RSEQ_PUSH_KEY(c, obj, key, miss);
+	return true;
+miss:
+#endif
+	(void)c;
+	(void)obj;
+	(void)key;
+	return false;
+}
+
+/* The same, testing and writing the free mark of a SHEAF_MARK_WORD1 cache inside the
+ * sequence (rseq.h SHEAF_RSEQ_PUSH_SEQ_MARK). */
+sheaf_fast_inline bool sheaf_cpu_push_key_mark(struct sheaf_cache *c, void *obj, uintptr_t key)
+{
+#if SHEAF_HAVE_RSEQ
+	SHEAF_RSEQ_PUSH_KEY_MARK(c, obj, key, miss);
+	return true;
+miss:
+#endif
+	(void)c;
+	(void)obj;
+	(void)key;
+	return false;
+}
+
+/* The same, looking the key up itself (the page map, bounded by sheaf_page_fast_limit). */
+sheaf_fast_inline bool sheaf_cpu_push_mark(struct sheaf_cache *c, void *obj)
+{
+#if SHEAF_HAVE_RSEQ
+	SHEAF_RSEQ_PUSH_MARK(c, obj, miss);
+	return true;
+miss:
+#endif
+	(void)c;
+	(void)obj;
+	return false;
+}
+
+/* ---- The calling thread's main sheaf, per-thread mode -------------------------------- */
+
+/* Pop into *@obj from the calling thread's main of @c (non-NULL).  The pop is counted
+ * in main->nalloc, harvested into the statistics at the next slow path (design §8). */
+sheaf_fast_inline bool sheaf_thread_pop(struct sheaf_cache *c, void **obj)
+{
+	struct sheaf_pcs *pcs = sheaf_pcs_current(c);
+	if (sheaf_unlikely(!pcs))
+		return false;
+	struct sheaf_sheaf *m = pcs->main;
+	if (sheaf_unlikely(!m->size))
+		return false;
+	m->nalloc++;
+	*obj = sheaf_sheaf_pop(m);
+	return true;
+}
+
+/* Push @obj (page-map key @key) on the calling thread's main of @c (non-NULL), after
+ * the checks of every free (slab/freecheck.h): one compare covers "this cache, this
+ * node, not the sentinel", then the object start, the free mark, the top of main.
+ * A free-check hook sends every free to the slow path.  Returns false for the slow
+ * path, which reports what is wrong; a double free seen by ASan is reported here and
+ * counts as done. */
+sheaf_fast_inline bool sheaf_thread_push(struct sheaf_cache *c, void *obj, uintptr_t key)
+{
+	struct sheaf_pcs *pcs = sheaf_pcs_current(c);
+	if (sheaf_unlikely(!pcs || sheaf_free_check_hook))
+		return false;
+	struct sheaf_sheaf *m = pcs->main;
+	if (sheaf_unlikely(key != m->key || m->size >= m->capacity ||
+			   (c->free_checks && !sheaf_obj_is_start(c, obj)) ||
+			   (c->free_mark && *sheaf_mark_word(c, obj) == sheaf_free_key) ||
+			   sheaf_sheaf_top_is(m, obj)))
+		return false;
+	if (sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
+		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
+		return true;
+	}
+	if (c->free_mark)
+		*sheaf_mark_word(c, obj) = sheaf_free_key;
+	sheaf_sheaf_push(m, obj);
+	return true;
+}
+
+#endif /* SHEAF_PERCPU_FASTPATH_H */
