@@ -119,7 +119,8 @@ SHEAF_API void sheaf_cache_shrink(struct sheaf_cache *c);
 /* ---- Extensions ---------------------------------------------------------- */
 
 /* Change the sheaf capacity at run time (D2).  Sheaves of the old
- * capacity drain lazily.  Returns 0 or -EINVAL (0, above
+ * capacity drain lazily.  The cache then keeps this capacity: it no longer
+ * adapts its own (docs/design.md, D2).  Returns 0 or -EINVAL (0, above
  * SHEAF_MAX_SHEAF_CAPACITY, or a cache without sheaves). */
 SHEAF_API int sheaf_cache_set_capacity(struct sheaf_cache *c, unsigned int capacity);
 SHEAF_API const char *sheaf_cache_name(const struct sheaf_cache *c);

@@ -96,7 +96,12 @@ struct sheaf_stats {
 	/* Slow paths that found their CPU's lock held and yielded to its holder before
 	 * trying again (PCS_LOCK_FAIL counts those that then took the slab path). */
 	uint64_t pcs_lock_waits;
-	uint64_t reserved[5];
+	/* Adaptive capacity (docs/design.md, D2): sheaf_capacity is the current one,
+	 * capacity_default the one it starts from and returns to; steps up and down. */
+	uint64_t capacity_default;
+	uint64_t capacity_grows;
+	uint64_t capacity_shrinks;
+	uint64_t reserved[2];
 };
 
 /* Fill *st with @c's statistics.  st->size must be set by the caller to

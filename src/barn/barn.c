@@ -32,6 +32,11 @@ struct sheaf_sheaf sheaf_sentinel_sheaf;
 
 #define BARN_INTERVAL_OPS 256u
 #define BARN_TRIM_MAX     2u
+/* 256 barn exchanges in under 10 ms (25,600 a second, each moving one or two sheaves):
+ * the CPUs of this node trade sheaves fast enough that larger ones pay; in over 1 s,
+ * slowly enough to step back. */
+#define BARN_ADAPT_FAST_NS (10ull * 1000 * 1000)
+#define BARN_ADAPT_SLOW_NS (1000ull * 1000 * 1000)
 
 /* The stacks (barn.h): push and pop at the top; the bottom is the coldest sheaf. */
 static inline void stk_push(struct sheaf_sheaf **top, struct sheaf_sheaf *s)
@@ -118,6 +123,16 @@ static inline void note_op_locked(struct sheaf_barn *b)
 	if (b->nr_empty < b->interval_low_empty)
 		b->interval_low_empty = b->nr_empty;
 	if (++b->interval_ops >= BARN_INTERVAL_OPS) {
+		/* Adaptive capacity (docs/design.md, D2): an interval of BARN_INTERVAL_OPS
+		 * exchanges that took under BARN_ADAPT_FAST_NS asks for larger sheaves, one
+		 * that took over BARN_ADAPT_SLOW_NS for smaller ones. */
+		uint64_t now = sheaf_os_now_ns();
+		uint64_t took = now - b->interval_start_ns;
+		if (b->interval_start_ns && took < BARN_ADAPT_FAST_NS)
+			atomic_store_explicit(&b->adapt_due, 1, memory_order_relaxed);
+		else if (b->interval_start_ns && took > BARN_ADAPT_SLOW_NS)
+			atomic_store_explicit(&b->adapt_due, -1, memory_order_relaxed);
+		b->interval_start_ns = now;
 		/* Scaled by 16; new = 3/4 old + 1/4 sample. */
 		b->ewma_low = (b->ewma_low * 3 + b->interval_low * 16) / 4;
 		b->ewma_low_empty = (b->ewma_low_empty * 3 + b->interval_low_empty * 16) / 4;

@@ -64,6 +64,9 @@ struct sheaf_barn {
 	uint32_t nr_locks;       /* lock acquisitions ever (gauge barn_locks); under lock */
 	uint64_t nr_objects;     /* objects moved in or out in full sheaves ever (gauge
 				    barn_objects); protected by lock */
+	uint64_t interval_start_ns; /* when the current interval began; protected by lock */
+	atomic_int adapt_due;    /* +1: the last interval's rate asks for a larger capacity,
+				    -1: for a smaller one; taken by the next slow path (percpu/sheaf.c) */
 	uint32_t trim_due;       /* an interval ended: the next slow path trims (racy read) */
 } sheaf_aligned(SHEAF_CACHELINE); /* one per node, side by side: no false sharing */
 

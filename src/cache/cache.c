@@ -174,6 +174,33 @@ static bool capacity_ok(const struct sheaf_cache *c, size_t n)
 	return n >= 1 && n <= SHEAF_MAX_SHEAF_CAPACITY && n * c->slot_size <= SHEAF_MAX_SHEAF_BYTES;
 }
 
+/* Adaptive capacity (docs/design.md, D2): a cache whose CPUs exchange sheaves with the
+ * barn at a high rate gets larger sheaves, in steps of about twice (rounded like the
+ * default), at most SHEAF_ADAPT_STEPS - 1 steps up, never beyond
+ * SHEAF_ADAPT_SHEAF_BYTES of objects per sheaf nor the largest metadata class; it
+ * steps back when the rate falls, and to the default when the reaper finds it idle.
+ * Only caches on Sheaf's default capacity adapt: a capacity given at creation, by
+ * SHEAF_SHEAF_CAPACITY or by sheaf_cache_set_capacity stays as given, and so do
+ * kernel-compatible caches (the kernel's is fixed, K§3). */
+#define SHEAF_ADAPT_STEPS 3u
+#define SHEAF_ADAPT_SHEAF_BYTES (32u << 10)
+
+static void capacity_ladder_init(struct sheaf_cache *c, uint32_t cap, bool adaptive)
+{
+	c->capacity_ladder[0] = cap;
+	c->capacity_steps = 1;
+	for (unsigned i = 1; adaptive && cap && !c->kernel_compat && i < SHEAF_ADAPT_STEPS; i++) {
+		uint32_t next = round_capacity(2 * c->capacity_ladder[i - 1]);
+		size_t meta = SHEAF_SHEAF_HDR + (size_t)next * sizeof(void *);
+		if (next <= c->capacity_ladder[i - 1] || next > SHEAF_MAX_SHEAF_CAPACITY || meta > 4096 ||
+		    (size_t)next * c->slot_size > SHEAF_ADAPT_SHEAF_BYTES)
+			break;
+		c->capacity_ladder[c->capacity_steps++] = next;
+	}
+	atomic_store(&c->capacity_step, 0);
+	atomic_store(&c->capacity_adaptive, c->capacity_steps > 1);
+}
+
 static int compute_layout(struct sheaf_cache *c, size_t size, const struct sheaf_cache_args *a)
 {
 	size_t align = a && a->align ? a->align : (size >= 16 ? 16 : 8);
@@ -372,6 +399,8 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 	}
 	c->capacity_default = cap;
 	atomic_store(&c->sheaf_capacity, cap);
+	capacity_ladder_init(c, cap, !(args && args->sheaf_capacity) &&
+					     sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY) <= 0);
 
 	struct sheaf_node *nodes = sheaf_os_map(nodes_struct_size());
 	if (!nodes) {
@@ -511,6 +540,7 @@ SHEAF_API int sheaf_cache_set_capacity(struct sheaf_cache *c, unsigned int capac
 		return -EINVAL;
 	if (!capacity_ok(c, capacity) || c->capacity_default == 0)
 		return -EINVAL;
+	atomic_store(&c->capacity_adaptive, false); /* the caller's choice stays */
 	atomic_store(&c->sheaf_capacity, capacity);
 	return 0;
 }

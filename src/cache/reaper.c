@@ -86,6 +86,8 @@ static void reap_one(struct sheaf_cache *c)
 	long slabs;
 	uint64_t sig = probe(c, &slabs);
 	if (c->reap_seen && sig == c->reap_sig) {
+		/* Idle for a whole period: back to the default capacity (D2, adaptive). */
+		sheaf_capacity_adapt(c, -2);
 		if (c->reap_clean || slabs == 0)
 			return;
 		sheaf_cache_shrink(c);

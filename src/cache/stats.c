@@ -72,6 +72,9 @@ SHEAF_API int sheaf_stats_get(struct sheaf_cache *c, struct sheaf_stats *st)
 	tmp.bytes_returned = atomic_load(&c->bytes_returned);
 	tmp.nodes = (uint64_t)sheaf_g.nnodes;
 	tmp.pcs_lock_waits = atomic_load_explicit(&c->pcs_lock_waits, memory_order_relaxed);
+	tmp.capacity_grows = atomic_load_explicit(&c->capacity_grows, memory_order_relaxed);
+	tmp.capacity_shrinks = atomic_load_explicit(&c->capacity_shrinks, memory_order_relaxed);
+	tmp.capacity_default = c->capacity_default;
 	memcpy(st, &tmp, SHEAF_MIN((size_t)want, sizeof(tmp)));
 	st->size = SHEAF_MIN(want, (uint32_t)sizeof(tmp));
 	return 0;
@@ -100,7 +103,8 @@ SHEAF_API void sheaf_stats_reset(struct sheaf_cache *c)
 	X(object_size) X(slot_size) X(objs_per_slab) X(slab_order) X(sheaf_capacity) X(slabs) X(partial_slabs) \
 	X(objects_total) X(objects_inuse) X(objects_cached) X(objects_in_pcs) X(objects_in_barns) X(barn_full) \
 	X(barn_empty) X(rcu_inflight_sheaves) X(rcu_inflight_objects) X(bytes_from_os) X(bytes_returned)     \
-	X(nodes) X(percpu_slots) X(barn_locks) X(barn_objects) X(pcs_lock_waits)
+	X(nodes) X(percpu_slots) X(barn_locks) X(barn_objects) X(pcs_lock_waits) \
+	X(capacity_default) X(capacity_grows) X(capacity_shrinks)
 
 static void emit(struct sheaf_cache *c, FILE *f, bool json)
 {

@@ -143,8 +143,44 @@ static struct sheaf_sheaf *get_empty(struct sheaf_cache *c, struct sheaf_barn *b
 
 /* D6: after an interval of barn use, give back what the working set did not need --
  * at most a few sheaves, from the slow path that noticed, never in a burst. */
+/* Adaptive capacity (docs/design.md, D2; the ladder is set at creation, cache.c):
+ * move one step, or to the default (@dir == -2). */
+void sheaf_capacity_adapt(struct sheaf_cache *c, int dir)
+{
+	if (!atomic_load_explicit(&c->capacity_adaptive, memory_order_relaxed))
+		return;
+	unsigned cur = atomic_load_explicit(&c->capacity_step, memory_order_relaxed), next;
+	do {
+		if (dir > 0)
+			next = cur + 1 < c->capacity_steps ? cur + 1 : cur;
+		else
+			next = dir == -2 || cur == 0 ? 0 : cur - 1;
+		if (next == cur)
+			return;
+	} while (!atomic_compare_exchange_weak_explicit(&c->capacity_step, &cur, next, memory_order_relaxed,
+							memory_order_relaxed));
+	uint32_t cap = c->capacity_ladder[next];
+	/* The barns' limits are in bytes of objects: fewer, larger sheaves (D6). */
+	for (int i = 0; i < sheaf_g.nnodes; i++) {
+		struct sheaf_barn *b = c->node[i]->barn;
+		pthread_mutex_lock(&b->lock);
+		sheaf_barn_set_limits(b, (size_t)cap * c->slot_size);
+		pthread_mutex_unlock(&b->lock);
+	}
+	/* D2: sheaves of the old capacity drain lazily. */
+	atomic_store_explicit(&c->sheaf_capacity, cap, memory_order_relaxed);
+	atomic_fetch_add_explicit(next > cur ? &c->capacity_grows : &c->capacity_shrinks, 1,
+				  memory_order_relaxed);
+}
+
 void sheaf_barn_maybe_trim(struct sheaf_cache *c, struct sheaf_barn *b, struct sheaf_pcs *pcs)
 {
+	/* Adaptive capacity (D2): the barn measured its exchange rate (barn.c). */
+	if (sheaf_unlikely(atomic_load_explicit(&b->adapt_due, memory_order_relaxed))) {
+		int dir = atomic_exchange_explicit(&b->adapt_due, 0, memory_order_relaxed);
+		if (dir)
+			sheaf_capacity_adapt(c, dir);
+	}
 	if (sheaf_likely(!sheaf_rd(b->trim_due)) || c->kernel_compat ||
 	    !sheaf_option_long(SHEAF_OPT_BARN_EWMA))
 		return;

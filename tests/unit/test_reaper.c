@@ -171,11 +171,79 @@ static void test_fork_child(void)
 	CHECK(r.exited && r.status == 0);
 }
 
+/* Adaptive capacity (docs/design.md, D2): batches that cycle through the barn fast grow
+ * a default cache's sheaves, within the bound; a capacity the caller chose does not
+ * move; once the cache is idle, the reaper brings it back to the default. */
+static void test_capacity_adapts(void)
+{
+	enum { N = 20000 };
+	struct sheaf_cache *c = sheaf_cache_create("adapt", 64, NULL);
+	struct sheaf_cache_args fixed = { .sheaf_capacity = 30 };
+	struct sheaf_cache *f = sheaf_cache_create("adapt-fixed", 64, &fixed);
+	REQUIRE(c && f);
+	void **v = calloc(N, sizeof(void *));
+	REQUIRE(v);
+	struct sheaf_stats a, b, fa, fb;
+	stats(c, &a);
+	stats(f, &fa);
+	int rounds = 0;
+	for (uint64_t t0 = sheaf_os_now_ns(); sheaf_os_now_ns() - t0 < 3000000000ull; rounds++) {
+		for (struct sheaf_cache *x = c;; x = f) {
+			for (int i = 0; i < N; i++) {
+				v[i] = sheaf_cache_alloc(x);
+				REQUIRE(v[i]);
+				*(int *)v[i] = i;
+			}
+			for (int i = 0; i < N; i++) {
+				CHECK(*(int *)v[i] == i);
+				sheaf_cache_free(x, v[i]);
+			}
+			if (x == f)
+				break;
+		}
+		stats(c, &b);
+		if (b.capacity_grows >= 2)
+			break;
+	}
+	stats(f, &fb);
+	printf("# adapt: capacity %llu -> %llu after %d rounds (%llu steps up), objects per barn "
+	       "operation %.0f\n",
+	       (unsigned long long)a.sheaf_capacity, (unsigned long long)b.sheaf_capacity, rounds,
+	       (unsigned long long)b.capacity_grows,
+	       (double)(b.barn_objects - a.barn_objects) / (double)(b.barn_locks - a.barn_locks + 1));
+	CHECK(a.sheaf_capacity == a.capacity_default && a.capacity_grows == 0);
+	CHECK(b.capacity_grows >= 1 && b.sheaf_capacity > b.capacity_default);
+	CHECK(b.sheaf_capacity * b.slot_size <= (32u << 10)); /* the bound */
+	CHECK(fb.sheaf_capacity == 30 && fb.capacity_grows == 0);
+	/* Idle: the reaper's next rounds step it back to the default. */
+	int waited = 0;
+	do {
+		sleep_ms(50);
+		waited += 50;
+		stats(c, &b);
+	} while (waited < 5000 && b.sheaf_capacity != b.capacity_default);
+	CHECK(b.sheaf_capacity == b.capacity_default && b.capacity_shrinks >= 1);
+	/* Still correct with sheaves of every capacity draining (D2). */
+	for (int i = 0; i < 1000; i++) {
+		v[i] = sheaf_cache_alloc(c);
+		REQUIRE(v[i]);
+		*(int *)v[i] = i;
+	}
+	for (int i = 0; i < 1000; i++) {
+		CHECK(*(int *)v[i] == i);
+		sheaf_cache_free(c, v[i]);
+	}
+	free(v);
+	sheaf_cache_destroy(f);
+	sheaf_cache_destroy(c);
+}
+
 int main(void)
 {
 	RUN(test_idle_cache_returned);
 	RUN(test_destroy_races_reaper);
 	RUN(test_busy_cache);
+	RUN(test_capacity_adapts);
 	RUN(test_fork_child);
 	return th_done();
 }
