@@ -301,7 +301,7 @@ bool sheaf_barn_is_valid(struct sheaf_barn *b, const struct sheaf_cache *c)
 	return ok;
 }
 
-/* The double-free confirmation (cache.c): is @obj in one of the barn's full sheaves?
+/* The double-free confirmation (percpu/freecheck.c): is @obj in one of the barn's full sheaves?
  * Empty sheaves hold nothing. */
 bool sheaf_barn_holds(struct sheaf_barn *b, const void *obj)
 {

@@ -48,7 +48,7 @@ static const int sheaf_config_debug = SHEAF_DEBUG;
 /* K§1.3: barn soft limits of Linux 7.0 (used as the starting point of D6). */
 #define SHEAF_MAX_FULL_SHEAVES  10
 #define SHEAF_MAX_EMPTY_SHEAVES 10
-/* D1 byte floor of the default capacity (cache.c): a sheaf holds at least this many
+/* D1 byte floor of the default capacity (cache/create.c): a sheaf holds at least this many
  * bytes of objects, but never more than SHEAF_SHEAF_FLOOR_MAX objects from the floor. */
 #define SHEAF_SHEAF_MIN_BYTES  (32u << 10)
 #define SHEAF_SHEAF_FLOOR_MAX  120u

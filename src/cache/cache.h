@@ -2,10 +2,10 @@
 /*
  * cache/cache.h - the cache layer's interface (layer 7 of src/README.md).
  *
- * Owns: cache creation and destruction, geometry and capacities (cache.c), the public
- * object API with its fast paths, bulk and prefilled sheaves, library initialisation
- * (sheaf_init, which brings up every layer below in order and registers the hooks the
- * lower layers call up through), the internal metadata caches (meta.c), statistics
+ * Owns: cache creation and destruction, geometry and capacities (create.c), the public
+ * object API with its fast paths (cache.c), bulk (bulk.c) and prefilled sheaves
+ * (prefill.c), library initialisation (init.c: sheaf_init, which brings up every layer
+ * below in order and registers the hooks the lower layers call up through), the internal metadata caches (meta.c), statistics
  * (stats.c) and the background reaper (reaper.c).
  *
  * May call: rcu/, percpu/, barn/, slab/, page/, base/.  Calls up only through
@@ -67,7 +67,7 @@
 
 #include "rcu/rcu.h"
 
-/* ---- cache.c ---------------------------------------------------------------------- */
+/* ---- init.c, create.c, cache.c ---------------------------------------------------- */
 int sheaf_init(void);  /* idempotent; 0 or -errno */
 static inline int sheaf_ensure_init(void)
 {

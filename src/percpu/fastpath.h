@@ -3,7 +3,7 @@
  * fastpath.h - the per-CPU layer's pop and push, written once (design §6).
  *
  * Every entry that takes an object from, or gives one to, a main sheaf goes through
- * these: the object API's single and bulk paths (cache/cache.c), the malloc front
+ * these: the object API's single and bulk paths (cache/cache.c, cache/bulk.c), the malloc front
  * end's inline paths (malloc/malloc.h), prefilled sheaves, the RCU layer's rcu_free
  * sheaf, and the slow paths that run with the pcs locked.  Three levels:
  *

@@ -143,7 +143,7 @@ static struct sheaf_sheaf *get_empty(struct sheaf_cache *c, struct sheaf_barn *b
 
 /* D6: after an interval of barn use, give back what the working set did not need --
  * at most a few sheaves, from the slow path that noticed, never in a burst. */
-/* Adaptive capacity (docs/design.md, D2; the ladder is set at creation, cache.c):
+/* Adaptive capacity (docs/design.md, D2; the ladder is set at creation, cache/create.c):
  * move one step, or to the default (@dir == -2). */
 void sheaf_capacity_adapt(struct sheaf_cache *c, int dir)
 {

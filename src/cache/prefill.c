@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * prefill.c - prefilled sheaves (K§5): a sheaf lent to the program, from which it
+ * allocates without failing inside a critical section.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache/cache_impl.h"
+
+/* ---- Prefilled sheaves (K§5) ------------------------------------------------------- */
+
+static inline struct sheaf_sheaf *to_sheaf(struct sheaf_prefilled *p) { return (struct sheaf_sheaf *)p; }
+
+/* A sheaf lent to the program as prefilled: on c->prefilled, where the double-free
+ * search finds its objects (they are free until alloc_from hands them out). */
+static void prefilled_lend(struct sheaf_cache *c, struct sheaf_sheaf *s)
+{
+	s->flags |= SHEAF_SH_PREFILLED;
+	pthread_mutex_lock(&c->prefilled_lock);
+	sheaf_list_add(&s->link, &c->prefilled);
+	pthread_mutex_unlock(&c->prefilled_lock);
+}
+
+static void prefilled_unlend(struct sheaf_cache *c, struct sheaf_sheaf *s)
+{
+	pthread_mutex_lock(&c->prefilled_lock);
+	sheaf_list_del(&s->link);
+	pthread_mutex_unlock(&c->prefilled_lock);
+	s->flags &= ~SHEAF_SH_PREFILLED;
+	sheaf_list_init(&s->link);
+}
+
+/* A live cache and a prefilled sheaf of that cache (reported otherwise: a sheaf knows
+ * its cache, and one of another cache would mix their objects). */
+static bool prefilled_ok(struct sheaf_cache *c, struct sheaf_sheaf *s)
+{
+	if (!sheaf_cache_check(c))
+		return false;
+	if (sheaf_unlikely(s->cache != c || !(s->flags & SHEAF_SH_PREFILLED))) {
+		if (s->cache != c)
+			sheaf_error(SHEAF_ERR_WRONG_SHEAF, c->name, s, "a prefilled sheaf of cache '%s'",
+				    s->cache ? s->cache->name : "?");
+		else
+			sheaf_error(SHEAF_ERR_WRONG_SHEAF, c->name, s, "not a prefilled sheaf (returned already?)");
+		return false;
+	}
+	return true;
+}
+
+/* Refill @s to its full capacity from slabs (K§5 step 2: not just to @n); if it still
+ * holds fewer than @n objects, give everything back and fail with ENOMEM. */
+static bool prefill_to_capacity(struct sheaf_cache *c, struct sheaf_sheaf *s, unsigned int n)
+{
+	if (s->size >= n)
+		return true;
+	sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
+	if (s->size >= n)
+		return true;
+	sheaf_sheaf_flush(c, s, NULL);
+	sheaf_sheaf_free(c, s);
+	errno = ENOMEM;
+	return false;
+}
+
+static struct sheaf_prefilled *prefill_oversize(struct sheaf_cache *c, unsigned int n)
+{
+	struct sheaf_sheaf *s = sheaf_sheaf_new(c, n);
+	if (!s)
+		return NULL;
+	s->flags = SHEAF_SH_OVERSIZE;
+	/* K§5: an oversize sheaf is filled straight from slabs. */
+	if (!prefill_to_capacity(c, s, n))
+		return NULL;
+	prefilled_lend(c, s);
+	sheaf_stat_atomic(c, SHEAF_STAT_SHEAF_PREFILL_OVERSIZE, 1);
+	return (struct sheaf_prefilled *)s;
+}
+
+SHEAF_API struct sheaf_prefilled *sheaf_cache_prefill(struct sheaf_cache *c, unsigned int n)
+{
+	if (!sheaf_cache_check(c) || !cache_capacity_ok(c, n)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	uint32_t cap = atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed);
+	if (cap == 0 || n > cap)
+		return prefill_oversize(c, n);
+	struct sheaf_sheaf *s = NULL;
+	struct sheaf_pcs *pcs = sheaf_pcs_lock(c);
+	if (pcs) {
+		if (pcs->spare) {
+			s = pcs->spare;
+			pcs->spare = NULL;
+			sheaf_stat_add(pcs, SHEAF_STAT_SHEAF_PREFILL_FAST, 1);
+		} else {
+			struct sheaf_barn *b = sheaf_pcs_barn(c, pcs);
+			s = sheaf_barn_get_full(b, 1);
+			sheaf_stat_add(pcs, s ? SHEAF_STAT_BARN_GET : SHEAF_STAT_BARN_GET_FAIL, 1);
+			if (!s)
+				s = sheaf_barn_get_empty(b);
+			sheaf_stat_add(pcs, SHEAF_STAT_SHEAF_PREFILL_SLOW, 1);
+		}
+		sheaf_pcs_unlock(c, pcs);
+	} else {
+		sheaf_stat_atomic(c, SHEAF_STAT_SHEAF_PREFILL_SLOW, 1);
+	}
+	if (s && s->capacity != cap) {
+		sheaf_sheaf_flush(c, s, NULL);
+		sheaf_sheaf_free(c, s);
+		s = NULL;
+	}
+	if (!s)
+		s = sheaf_sheaf_new(c, cap);
+	if (!s || !prefill_to_capacity(c, s, n))
+		return NULL;
+	prefilled_lend(c, s);
+	return (struct sheaf_prefilled *)s;
+}
+
+SHEAF_API void *sheaf_cache_alloc_from(struct sheaf_cache *c, struct sheaf_prefilled *p)
+{
+	struct sheaf_sheaf *s = to_sheaf(p);
+	void *o;
+	if (!s || !prefilled_ok(c, s))
+		return NULL;
+	do {
+		if (s->size == 0)
+			return NULL;
+		o = sheaf_sheaf_pop(s);
+		/* Counted like any allocation from a sheaf (K§6.1 ALLOC_FASTPATH). */
+		sheaf_stat_atomic(c, SHEAF_STAT_ALLOC_FASTPATH, 1);
+		/* A debug cache's prefilled objects come straight from its slabs, still
+		 * free: check and mark them as every other allocation (corrupt: leaked). */
+	} while (sheaf_unlikely(c->debug_flags) &&
+		 sheaf_debug_slab_alloc(c, o, __builtin_return_address(0)) != 0);
+	sheaf_mark_clear(c, o);
+	sheaf_track_obj_alloc(c, o); /* track.h */
+	return o;
+}
+
+SHEAF_API unsigned int sheaf_prefilled_size(const struct sheaf_prefilled *p)
+{
+	return p ? ((const struct sheaf_sheaf *)p)->size : 0;
+}
+
+SHEAF_API void sheaf_cache_return(struct sheaf_cache *c, struct sheaf_prefilled *p)
+{
+	struct sheaf_sheaf *s = to_sheaf(p);
+	if (!s || !prefilled_ok(c, s))
+		return; /* reported; under warn the sheaf and its objects are leaked */
+	prefilled_unlend(c, s);
+	uint32_t cap = atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed);
+	if ((s->flags & SHEAF_SH_OVERSIZE) || s->capacity != cap) {
+		sheaf_sheaf_flush(c, s, NULL);
+		sheaf_sheaf_free(c, s);
+		return;
+	}
+	struct sheaf_pcs *pcs = sheaf_pcs_lock(c);
+	if (pcs && !pcs->spare) {
+		pcs->spare = s;
+		sheaf_stat_add(pcs, SHEAF_STAT_SHEAF_RETURN_FAST, 1);
+		sheaf_pcs_unlock(c, pcs);
+		return;
+	}
+	struct sheaf_barn *b = pcs ? sheaf_pcs_barn(c, pcs) : local_mem_node(c)->barn;
+	if (pcs) {
+		sheaf_stat_add(pcs, SHEAF_STAT_SHEAF_RETURN_SLOW, 1);
+		sheaf_pcs_unlock(c, pcs);
+	} else {
+		sheaf_stat_atomic(c, SHEAF_STAT_SHEAF_RETURN_SLOW, 1);
+	}
+	if (b->enabled && sheaf_rd(b->nr_full) < b->max_full) {
+		sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
+		if (s->size) {
+			sheaf_barn_put_full(b, s);
+			sheaf_stat_atomic(c, SHEAF_STAT_BARN_PUT, 1);
+			return;
+		}
+	}
+	sheaf_sheaf_flush(c, s, NULL);
+	sheaf_sheaf_free(c, s);
+}
+
+SHEAF_API int sheaf_cache_refill(struct sheaf_cache *c, struct sheaf_prefilled **pp, unsigned int n)
+{
+	if (!pp || !*pp || !prefilled_ok(c, to_sheaf(*pp)))
+		return -EINVAL;
+	if (!cache_capacity_ok(c, n))
+		return -EINVAL;
+	struct sheaf_sheaf *s = to_sheaf(*pp);
+	if (s->size >= n)
+		return 0;
+	if (s->capacity >= n) {
+		/* Regular sheaves refill to full capacity, oversize ones too (capacity == their
+		 * original request). */
+		sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
+		return s->size >= n ? 0 : -ENOMEM;
+	}
+	struct sheaf_prefilled *np = sheaf_cache_prefill(c, n);
+	if (!np)
+		return -ENOMEM;
+	sheaf_cache_return(c, *pp);
+	*pp = np;
+	return 0;
+}
