@@ -40,6 +40,8 @@ SHEAF_API int sheaf_stats_get(struct sheaf_cache *c, struct sheaf_stats *st)
 {
 	if (!c || !st)
 		return -EINVAL;
+	if (!sheaf_cache_check(c))
+		return -EINVAL; /* a destroyed or foreign handle: reported */
 	uint32_t want = st->size ? st->size : (uint32_t)sizeof(*st);
 	struct sheaf_stats tmp;
 	memset(&tmp, 0, sizeof(tmp));
@@ -135,13 +137,13 @@ static void emit(struct sheaf_cache *c, FILE *f, bool json)
 
 SHEAF_API void sheaf_stats_print(struct sheaf_cache *c, FILE *f)
 {
-	if (c && f)
+	if (c && f && sheaf_cache_check(c))
 		emit(c, f, false);
 }
 
 SHEAF_API void sheaf_stats_print_json(struct sheaf_cache *c, FILE *f)
 {
-	if (c && f) {
+	if (c && f && sheaf_cache_check(c)) {
 		emit(c, f, true);
 		fputc('\n', f);
 	}

@@ -845,8 +845,8 @@ static void taken_finish(struct sheaf_cache *c, const struct rcu_ops *ops, struc
 
 SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 {
-	if (!c || !c->rcu_priv)
-		return;
+	if (!c || !sheaf_cache_check(c) || !c->rcu_priv)
+		return; /* NULL: nothing to wait for; destroyed or foreign: reported */
 	struct rcu_state *st = c->rcu_priv;
 	const char *mode = sheaf_option_str(SHEAF_OPT_RCU_BARRIER);
 	bool all_caches = mode && !strcmp(mode, "global");

@@ -410,6 +410,18 @@ static void do_shrink_destroyed(void *a)
 	(void)a;
 	sheaf_cache_shrink(ms_dead);
 }
+static void do_stats_destroyed(void *a)
+{
+	(void)a;
+	struct sheaf_stats st = { .size = sizeof(st) };
+	sheaf_stats_get(ms_dead, &st);
+}
+static void do_barrier_destroyed(void *a)
+{
+	(void)a;
+	sheaf_cache_rcu_barrier(ms_dead);
+}
+static void do_free_rcu_destroyed(void *p) { sheaf_cache_free_rcu(ms_dead, p); }
 
 static void do_free_in_prefilled(void *o) { sheaf_cache_free(ms_a, o); }
 
@@ -447,6 +459,10 @@ static void test_handles(void)
 	ms_expect("destroy twice", do_destroy_twice, NULL, "destroyed cache", "ms-dead", ms_dead);
 	ms_expect("prefill a destroyed cache", do_prefill_destroyed, NULL, "destroyed cache", "ms-dead", ms_dead);
 	ms_expect("shrink a destroyed cache", do_shrink_destroyed, NULL, "destroyed cache", "ms-dead", ms_dead);
+	ms_expect("statistics of a destroyed cache", do_stats_destroyed, NULL, "destroyed cache", "ms-dead", ms_dead);
+	ms_expect("RCU barrier of a destroyed cache", do_barrier_destroyed, NULL, "destroyed cache", "ms-dead",
+		  ms_dead);
+	ms_expect("free_rcu into a destroyed cache", do_free_rcu_destroyed, d, "destroyed cache", "ms-dead", ms_dead);
 	ms_expect_warn("destroy twice", do_destroy_twice, NULL, "destroyed cache", ms_dead);
 }
 
