@@ -1,0 +1,734 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * extent.c - large blocks of the malloc front end (docs/malloc.md): the extent registry
+ * (a sharded hash table of live extents, keyed by address, so that no header is read
+ * from a pointer before it is known to be ours), the extent cache (size bins, best fit,
+ * split and merge, growth with mremap, ageing) and the extents themselves.
+ *
+ * Locks: xc.lock (the cache), then one registry shard lock at a time; both are taken by
+ * the fork handlers (malloc.c) through malloc_extent_fork_lock().
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "malloc/malloc_impl.h"
+
+/* ---- Extent registry -------------------------------------------------------------- */
+
+#define EXT_SHARDS 16u
+#define EXT_EMPTY 0u
+#define EXT_DEAD 1u
+
+struct ext_slot {
+	uintptr_t addr; /* EXT_EMPTY, EXT_DEAD or the extent's address */
+	size_t len;     /* mapped bytes, a multiple of PAGE */
+};
+
+struct ext_shard {
+	pthread_mutex_t lock;
+	struct ext_slot *tab; /* mmap'd, cap slots; protected by lock */
+	size_t cap, live, dead;
+} __attribute__((aligned(64)));
+
+static struct ext_shard ext_shards[EXT_SHARDS] = {
+	[0 ... EXT_SHARDS - 1] = { .lock = PTHREAD_MUTEX_INITIALIZER },
+};
+
+static uint64_t ext_hash(uintptr_t a)
+{
+	return (uint64_t)(a >> 12) * 0x9e3779b97f4a7c15ull;
+}
+
+static struct ext_shard *ext_shard_of(uint64_t h)
+{
+	return &ext_shards[h >> 60];
+}
+
+/* Find @a's slot, or the empty slot that ends its probe sequence. */
+static struct ext_slot *ext_find_locked(struct ext_shard *s, uintptr_t a, uint64_t h)
+{
+	size_t mask = s->cap - 1;
+	for (size_t i = (h >> 16) & mask;; i = (i + 1) & mask) {
+		struct ext_slot *e = &s->tab[i];
+		if (e->addr == a || e->addr == EXT_EMPTY)
+			return e;
+	}
+}
+
+/* Rebuild the table so that one more insertion keeps it at most 3/4 full,
+ * tombstones included.  The table lives in its own mapping: the registry
+ * must not depend on malloc. */
+static bool ext_grow_locked(struct ext_shard *s)
+{
+	size_t cap = s->cap ? s->cap : 256;
+	while ((s->live + 1) * 2 > cap)
+		cap *= 2;
+	struct ext_slot *t = sheaf_os_map(cap * sizeof(*t));
+	if (!t)
+		return false;
+	struct ext_slot *old = s->tab;
+	size_t oldcap = s->cap;
+	s->tab = t;
+	s->cap = cap;
+	s->dead = 0;
+	for (size_t i = 0; i < oldcap; i++) {
+		if (old[i].addr > EXT_DEAD)
+			*ext_find_locked(s, old[i].addr, ext_hash(old[i].addr)) = old[i];
+	}
+	if (old)
+		(void)sheaf_os_unmap(old, oldcap * sizeof(*old)); /* reported if it fails */
+	return true;
+}
+
+/* Bytes of live extents (registered, not cached): the extent cache's bound
+ * grows with them (xc_bound). */
+static _Atomic size_t ext_live_bytes;
+
+static size_t xc_bound(void);
+static bool ext_insert(void *p, size_t len)
+{
+	uintptr_t a = (uintptr_t)p;
+	uint64_t h = ext_hash(a);
+	struct ext_shard *s = ext_shard_of(h);
+	bool ok = true;
+	pthread_mutex_lock(&s->lock);
+	/* Growing fails only when no memory is left; the table then fills
+	 * further, as long as an empty slot remains to end every probe. */
+	if ((s->live + s->dead + 1) * 4 > s->cap * 3 && !ext_grow_locked(s))
+		ok = s->live + s->dead + 2 <= s->cap;
+	if (ok) {
+		/* @a is not in the table (it is a live mapping of ours): take
+		 * the first tombstone on its probe sequence, else the empty
+		 * slot that ends it. */
+		size_t mask = s->cap - 1;
+		struct ext_slot *e;
+		for (size_t i = (h >> 16) & mask;; i = (i + 1) & mask) {
+			e = &s->tab[i];
+			if (e->addr == EXT_DEAD) {
+				s->dead--;
+				break;
+			}
+			if (e->addr == EXT_EMPTY)
+				break;
+		}
+		e->addr = a;
+		e->len = len;
+		s->live++;
+		atomic_fetch_add_explicit(&ext_live_bytes, len, memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return ok;
+}
+
+/* Length of the extent at @p, 0 if @p is not an extent's address.  With
+ * @remove, it stops being one (so a second free of it is detected). */
+size_t malloc_extent_lookup(const void *p, bool remove)
+{
+	uintptr_t a = (uintptr_t)p;
+	uint64_t h = ext_hash(a);
+	struct ext_shard *s = ext_shard_of(h);
+	size_t len = 0;
+	pthread_mutex_lock(&s->lock);
+	if (s->cap) {
+		struct ext_slot *e = ext_find_locked(s, a, h);
+		if (e->addr == a) {
+			len = e->len;
+			if (remove) {
+				atomic_fetch_sub_explicit(&ext_live_bytes, len, memory_order_relaxed);
+				e->addr = EXT_DEAD;
+				s->live--;
+				s->dead++;
+			}
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	return len;
+}
+
+/* The extent at @p (registered) now has @len bytes. */
+static void ext_set_len(const void *p, size_t len)
+{
+	uintptr_t a = (uintptr_t)p;
+	uint64_t h = ext_hash(a);
+	struct ext_shard *s = ext_shard_of(h);
+	pthread_mutex_lock(&s->lock);
+	struct ext_slot *e = ext_find_locked(s, a, h);
+	if (e->addr == a)
+		e->len = len;
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Extents the program holds: how many and their mapped bytes (mallinfo's hblks and
+ * hblkhd).  Walks every shard's table under its lock: for introspection only. */
+void sheaf_malloc_extent_live_stat(size_t *count, size_t *bytes)
+{
+	*count = *bytes = 0;
+	for (unsigned int i = 0; i < EXT_SHARDS; i++) {
+		struct ext_shard *s = &ext_shards[i];
+		pthread_mutex_lock(&s->lock);
+		for (size_t k = 0; k < s->cap; k++)
+			if (s->tab[k].addr > EXT_DEAD)
+				*bytes += s->tab[k].len;
+		*count += s->live;
+		pthread_mutex_unlock(&s->lock);
+	}
+}
+
+/* ---- Extent cache ------------------------------------------------------------------ */
+
+/* Extent lengths are whole pages up to 16 KiB, then four steps per power of
+ * two up to SHEAF_MALLOC_EXTENT_CACHE_ONE, like the classes (at most 25 %
+ * more address space; pages never touched cost nothing).  Freed extents
+ * then fit later requests of nearby sizes: with page-exact lengths a cache
+ * of random sizes turns over through mmap and munmap, and each munmap of a
+ * multi-threaded process is a TLB shootdown on every CPU it runs on. */
+#define XC_BINS 48u /* 4 page bins, then 4 per doubling from 16 KiB to 32 MiB */
+
+static size_t extent_len(size_t n)
+{
+	size_t len = round_up(n, PAGE);
+	if (len <= 4 * PAGE || len > SHEAF_MALLOC_EXTENT_CACHE_ONE)
+		return len;
+	unsigned int k = 63u - (unsigned int)__builtin_clzll((unsigned long long)(len - 1));
+	return round_up(len, (size_t)1 << (k - 2));
+}
+
+/* Bin of an extent length produced by extent_len() (<= the cached maximum). */
+static unsigned int xc_bin(size_t len)
+{
+	if (len <= 4 * PAGE)
+		return (unsigned int)(len / PAGE) - 1;
+	unsigned int k = 63u - (unsigned int)__builtin_clzll((unsigned long long)(len - 1));
+	unsigned int s = (unsigned int)((len - 1) >> (k - 2)) - 4u;
+	return 4u + (k - 14u) * 4u + s;
+}
+
+/* A cached extent describes itself in its first bytes: it is ours, mapped,
+ * and nothing else uses it, so the cache needs no memory of its own and no
+ * bound on the number of entries, only on bytes. */
+struct xc_node {
+	struct xc_node *bin_next, *bin_prev; /* its size bin, most recent first */
+	struct xc_node *lru_next, *lru_prev; /* all cached extents, most recent first */
+	size_t len;
+	uint64_t freed_ns;
+};
+
+/* An entry of the cache's address table: a cached extent under its start
+ * address, and under its end address with the low bit set, so that a freed
+ * extent finds the cached neighbours it can be merged with in O(1). */
+struct xc_key {
+	uintptr_t key; /* 0: empty */
+	struct xc_node *node;
+};
+
+/* Protected by lock.  Circular lists with the heads as sentinels. */
+static struct {
+	pthread_mutex_t lock;
+	size_t count, bytes;
+	struct xc_node lru;
+	struct xc_node bin[XC_BINS];
+	struct xc_key *tab; /* linear probing, in its own mapping; cap a power of two */
+	size_t cap, used;
+} xc = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	/* The coarse clock is a vDSO read; a few ms of resolution is plenty
+	 * for a 1 s delay. */
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void xc_init_locked(void)
+{
+	if (xc.lru.lru_next)
+		return;
+	xc.lru.lru_next = xc.lru.lru_prev = &xc.lru;
+	for (unsigned int i = 0; i < XC_BINS; i++)
+		xc.bin[i].bin_next = xc.bin[i].bin_prev = &xc.bin[i];
+	/* From the first cached extent on, the reaper ages the cache too (its hook). */
+	__atomic_store_n(&sheaf_cache_hooks.extent_cache_age, sheaf_malloc_extent_cache_age, __ATOMIC_RELEASE);
+}
+
+static size_t xc_home(uintptr_t key)
+{
+	return (size_t)((key * 0x9e3779b97f4a7c15ull) >> 32) & (xc.cap - 1);
+}
+
+static struct xc_key *xc_tab_find_locked(uintptr_t key)
+{
+	if (!xc.cap)
+		return NULL;
+	for (size_t i = xc_home(key);; i = (i + 1) & (xc.cap - 1)) {
+		if (xc.tab[i].key == key)
+			return &xc.tab[i];
+		if (xc.tab[i].key == 0)
+			return NULL;
+	}
+}
+
+static void xc_tab_put_locked(uintptr_t key, struct xc_node *x)
+{
+	size_t i = xc_home(key);
+	while (xc.tab[i].key != 0)
+		i = (i + 1) & (xc.cap - 1);
+	xc.tab[i].key = key;
+	xc.tab[i].node = x;
+	xc.used++;
+}
+
+/* Room for two more keys at most half full; false when no memory is left
+ * for a larger table (the extent is then not cached). */
+static bool xc_tab_reserve_locked(void)
+{
+	if ((xc.used + 2) * 2 <= xc.cap)
+		return true;
+	size_t cap = xc.cap ? xc.cap : 256;
+	while ((xc.used + 2) * 2 > cap)
+		cap *= 2;
+	struct xc_key *t = sheaf_os_map(cap * sizeof(*t));
+	if (!t)
+		return false;
+	struct xc_key *old = xc.tab;
+	size_t oldcap = xc.cap;
+	xc.tab = t;
+	xc.cap = cap;
+	xc.used = 0;
+	for (size_t i = 0; i < oldcap; i++)
+		if (old[i].key)
+			xc_tab_put_locked(old[i].key, old[i].node);
+	if (old)
+		(void)sheaf_os_unmap(old, oldcap * sizeof(*old)); /* reported if it fails */
+	return true;
+}
+
+/* Remove @key (present): backward-shift deletion keeps every probe sequence
+ * unbroken without tombstones. */
+static void xc_tab_del_locked(uintptr_t key)
+{
+	size_t mask = xc.cap - 1, i = (size_t)(xc_tab_find_locked(key) - xc.tab);
+	for (size_t j = (i + 1) & mask; xc.tab[j].key != 0; j = (j + 1) & mask) {
+		size_t h = xc_home(xc.tab[j].key);
+		/* Entry j may move to the hole at i unless its home lies
+		 * cyclically in (i, j]. */
+		bool stays = i <= j ? (h > i && h <= j) : (h > i || h <= j);
+		if (!stays) {
+			xc.tab[i] = xc.tab[j];
+			i = j;
+		}
+	}
+	xc.tab[i].key = 0;
+	xc.used--;
+}
+
+static void xc_unlink_locked(struct xc_node *x)
+{
+	x->bin_prev->bin_next = x->bin_next;
+	x->bin_next->bin_prev = x->bin_prev;
+	x->lru_prev->lru_next = x->lru_next;
+	x->lru_next->lru_prev = x->lru_prev;
+	xc.count--;
+	xc.bytes -= x->len;
+	xc_tab_del_locked((uintptr_t)x);
+	xc_tab_del_locked(((uintptr_t)x + x->len) | 1u);
+}
+
+/* The cache's bound in bytes: SHEAF_MALLOC_EXTENT_CACHE_BYTES, or as much as
+ * the live extents take (up to SHEAF_MALLOC_EXTENT_CACHE_MAX): a working set
+ * of large blocks replaced one at a time needs a cache of about the blocks
+ * in flight, and splitting and merging need room beyond that. */
+static size_t xc_bound(void)
+{
+	size_t live = atomic_load_explicit(&ext_live_bytes, memory_order_relaxed);
+	if (live < SHEAF_MALLOC_EXTENT_CACHE_BYTES)
+		return SHEAF_MALLOC_EXTENT_CACHE_BYTES;
+	return live < SHEAF_MALLOC_EXTENT_CACHE_MAX ? live : SHEAF_MALLOC_EXTENT_CACHE_MAX;
+}
+
+/* Take out the oldest entries while they have been idle for the delay, or
+ * while adding @add bytes would exceed the bound (or all, with @all); they
+ * are chained through bin_next for xc_unmap() after the lock is dropped. */
+static struct xc_node *xc_evict_locked(uint64_t now, size_t add, bool all)
+{
+	struct xc_node *victims = NULL;
+	while (xc.count) {
+		struct xc_node *old = xc.lru.lru_prev;
+		if (!all && now - old->freed_ns < SHEAF_MALLOC_EXTENT_DELAY_NS &&
+		    xc.bytes + add <= xc_bound())
+			break;
+		xc_unlink_locked(old);
+		old->bin_next = victims;
+		victims = old;
+	}
+	return victims;
+}
+
+static void xc_unmap(struct xc_node *v)
+{
+	while (v) {
+		struct xc_node *next = v->bin_next;
+		/* A failure is reported (os.c); the extent then stays mapped, unused. */
+		(void)sheaf_os_unmap(v, v->len);
+		CTR_INC(extent_unmaps);
+		v = next;
+	}
+}
+
+static bool address_space_limited(void)
+{
+	struct rlimit r;
+	return getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY;
+}
+
+/* Bin of any cached length (a whole number of pages up to the cached
+ * maximum): that of the largest extent_len() class not above it, so every
+ * extent in bin xc_bin(len) or above holds a request of extent_len() = len.
+ * Split remainders and extents shrunk by realloc have such lengths. */
+static unsigned int xc_bin_floor(size_t len)
+{
+	if (len <= 4 * PAGE)
+		return (unsigned int)(len / PAGE) - 1;
+	unsigned int k = 63u - (unsigned int)__builtin_clzll((unsigned long long)len);
+	size_t cls = ((size_t)1 << k) + (((len >> (k - 2)) & 3u) << (k - 2));
+	return xc_bin(cls);
+}
+
+/* Smallest remainder worth keeping when a cached extent is split: below
+ * it the whole extent is handed out (a few pages more address space). */
+#define XC_SPLIT_MIN (64u << 10)
+/* When nothing cached is large enough for a request, a smaller extent from
+ * one of the XC_GROW_BINS bins below the request's (two doublings: at
+ * least a quarter of it) is grown with mremap: its resident pages move
+ * without copying and only the difference is faulted in. */
+#define XC_GROW_BINS 8u
+
+static void xc_link_bin_locked(struct xc_node *x)
+{
+	struct xc_node *bin = &xc.bin[xc_bin_floor(x->len)];
+	x->bin_next = bin->bin_next;
+	x->bin_prev = bin;
+	bin->bin_next->bin_prev = x;
+	bin->bin_next = x;
+}
+
+/* The first extent of bin @i (most recently freed first) of at least @min
+ * bytes aligned to @align, or NULL; a few entries are looked at, not the
+ * whole bin. */
+static struct xc_node *xc_bin_first_locked(unsigned int i, size_t min, size_t align)
+{
+	unsigned int seen = 0;
+	for (struct xc_node *x = xc.bin[i].bin_next; x != &xc.bin[i] && seen < 8;
+	     x = x->bin_next, seen++)
+		if (x->len >= min && ((uintptr_t)x & (align - 1)) == 0)
+			return x;
+	return NULL;
+}
+
+/* A cached extent for a request of @need (whole pages) bytes aligned to
+ * @align: best fit by bins (the smallest bin that holds one, the most
+ * recently freed extent in it, so its pages are the likeliest to be
+ * resident), its tail split off and kept when at least XC_SPLIT_MIN.  The
+ * split is at @need, not at the request's extent_len(): pages of the
+ * rounding would be resident garbage in a reused extent.  Its length is
+ * returned in *@got.  When no cached extent is large enough, *@grow is set
+ * and the largest one of at least about a quarter of @need is returned
+ * instead (its length in *@got), for the caller to grow with mremap; NULL
+ * if there is none either. */
+static void *xc_take(size_t need, size_t align, size_t *got, bool *grow)
+{
+	*grow = false;
+	if (need > SHEAF_MALLOC_EXTENT_CACHE_ONE)
+		return NULL;
+	struct xc_node *found = NULL;
+	unsigned int b = xc_bin_floor(need);
+	pthread_mutex_lock(&xc.lock);
+	xc_init_locked();
+	struct xc_node *victims = xc_evict_locked(now_ns(), 0, false);
+	for (unsigned int i = b; i < XC_BINS && !found && xc.count; i++)
+		found = xc_bin_first_locked(i, need, align);
+	if (found) {
+		xc_unlink_locked(found);
+		*got = found->len;
+		/* Unlinking freed two keys: the remainder's two always fit. */
+		if (found->len - need >= XC_SPLIT_MIN) {
+			/* The remainder keeps the extent's age and place in the LRU
+			 * (found's links are still intact: unlinking only
+			 * repointed its neighbours). */
+			struct xc_node *r = (struct xc_node *)((char *)found + need);
+			r->len = found->len - need;
+			r->freed_ns = found->freed_ns;
+			r->lru_next = found->lru_next;
+			r->lru_prev = found->lru_prev;
+			r->lru_next->lru_prev = r;
+			r->lru_prev->lru_next = r;
+			xc_link_bin_locked(r);
+			xc.count++;
+			xc.bytes += r->len;
+			xc_tab_put_locked((uintptr_t)r, r);
+			xc_tab_put_locked(((uintptr_t)r + r->len) | 1u, r);
+			*got = need;
+		}
+	} else if (align <= PAGE && xc.count) {
+		/* mremap gives page alignment only. */
+		for (unsigned int i = b + 1; i-- > 0 && i + XC_GROW_BINS >= b && !found;)
+			found = xc_bin_first_locked(i, PAGE, PAGE);
+		if (found) {
+			xc_unlink_locked(found);
+			*got = found->len;
+			*grow = true;
+		}
+	}
+	pthread_mutex_unlock(&xc.lock);
+	xc_unmap(victims);
+	return found;
+}
+
+/* Keep a freed extent for reuse, merged with the cached extents right
+ * before and after it (a split extent becomes whole again when its head
+ * comes back), giving back the oldest ones (or any idle for the delay) to
+ * stay within the byte bound. */
+void malloc_extent_put(void *p, size_t len)
+{
+	/* Where address space is limited (RLIMIT_AS), a cached extent would
+	 * hold address space the program may need: it goes back at once. */
+	if (len > SHEAF_MALLOC_EXTENT_CACHE_ONE || address_space_limited()) {
+		(void)sheaf_os_unmap(p, len);
+		CTR_INC(extent_unmaps);
+		return;
+	}
+	struct xc_node *x = p;
+	uint64_t now = now_ns();
+	pthread_mutex_lock(&xc.lock);
+	xc_init_locked();
+	if (!xc_tab_reserve_locked()) {
+		pthread_mutex_unlock(&xc.lock);
+		(void)sheaf_os_unmap(p, len);
+		CTR_INC(extent_unmaps);
+		return;
+	}
+	/* Merge while the result stays cacheable.  Neighbours may lie in other
+	 * mappings (the kernel places mappings next to each other): munmap
+	 * works across them, and mremap, which does not, falls back (see
+	 * large_alloc and extent_resize). */
+	struct xc_key *k = xc_tab_find_locked(((uintptr_t)x + len));
+	if (k && len + k->node->len <= SHEAF_MALLOC_EXTENT_CACHE_ONE) {
+		struct xc_node *next = k->node;
+		xc_unlink_locked(next);
+		len += next->len;
+		CTR_INC(extent_merges);
+	}
+	k = xc_tab_find_locked((uintptr_t)x | 1u);
+	if (k && len + k->node->len <= SHEAF_MALLOC_EXTENT_CACHE_ONE) {
+		struct xc_node *prev = k->node;
+		xc_unlink_locked(prev);
+		len += prev->len;
+		x = prev;
+		CTR_INC(extent_merges);
+	}
+	x->len = len;
+	x->freed_ns = now;
+	struct xc_node *victims = xc_evict_locked(now, len, false);
+	xc_link_bin_locked(x);
+	x->lru_next = xc.lru.lru_next;
+	x->lru_prev = &xc.lru;
+	xc.lru.lru_next->lru_prev = x;
+	xc.lru.lru_next = x;
+	xc.count++;
+	xc.bytes += len;
+	xc_tab_put_locked((uintptr_t)x, x);
+	xc_tab_put_locked(((uintptr_t)x + len) | 1u, x);
+	size_t cached = xc.bytes;
+	pthread_mutex_unlock(&xc.lock);
+	xc_unmap(victims);
+	/* A program of large blocks only may never grow Sheaf's heap to the
+	 * reaper's threshold: start it for the cached extents too, so that they
+	 * still go back after the delay when the program goes idle.  No lock
+	 * of ours is held here. */
+	if (sheaf_unlikely(cached >= SHEAF_REAP_MALLOC_START) &&
+	    !atomic_load_explicit(&sheaf_reaper_kicked, memory_order_relaxed) && !malloc_tls_creating)
+		sheaf_reaper_kick();
+}
+
+void sheaf_malloc_extent_cache_drain(void)
+{
+	pthread_mutex_lock(&xc.lock);
+	struct xc_node *victims = xc_evict_locked(0, 0, true);
+	pthread_mutex_unlock(&xc.lock);
+	xc_unmap(victims);
+}
+
+/* The reaper's tick (reaper.c): extents idle for the delay go back even when no
+ * later extent operation would have noticed. */
+void sheaf_malloc_extent_cache_age(void)
+{
+	pthread_mutex_lock(&xc.lock);
+	struct xc_node *victims = xc.lru.lru_next ? xc_evict_locked(now_ns(), 0, false) : NULL;
+	pthread_mutex_unlock(&xc.lock);
+	xc_unmap(victims);
+}
+
+void sheaf_malloc_extent_cache_stat(size_t *count, size_t *bytes)
+{
+	pthread_mutex_lock(&xc.lock);
+	*count = xc.count;
+	*bytes = xc.bytes;
+	pthread_mutex_unlock(&xc.lock);
+}
+
+/* ---- Extents --------------------------------------------------------------------- */
+
+/* Map @len bytes aligned to @align (a power of two >= PAGE): over-map by
+ * align - PAGE and trim both ends. */
+static void *map_aligned(size_t len, size_t align)
+{
+	size_t extra = align - PAGE;
+	if (len > SIZE_LIMIT - extra)
+		return NULL;
+	char *m = sheaf_sys_mmap(NULL, len + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
+	if (m == MAP_FAILED)
+		return NULL;
+	char *p = (char *)round_up((uintptr_t)m, align);
+	/* A trim that fails (reported) leaves address space mapped beside the extent,
+	 * never the extent itself. */
+	if (p > m)
+		(void)sheaf_os_unmap(m, (size_t)(p - m));
+	if ((size_t)(p - m) < extra)
+		(void)sheaf_os_unmap(p + len, extra - (size_t)(p - m));
+	return p;
+}
+
+void *malloc_large_alloc(size_t n, size_t align, bool zero)
+{
+	if (unlikely(n > SIZE_LIMIT - PAGE)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	malloc_fork_handlers_ensure();
+	size_t len = extent_len(n), need = round_up(n, PAGE), got = 0;
+	if (align < PAGE)
+		align = PAGE;
+	bool grow;
+	void *p = xc_take(need, align, &got, &grow);
+	if (p && grow) {
+		/* Grow a smaller cached extent: its resident pages move with it.
+		 * (Extents merged in the cache across mappings cannot be grown:
+		 * it is then put back, and a fresh mapping is made.) */
+		len = need;
+		void *q = sheaf_sys_mremap(p, got, len, MREMAP_MAYMOVE, NULL);
+		if (q == MAP_FAILED) {
+			malloc_extent_put(p, got);
+			p = NULL;
+		} else {
+			CTR_INC(extent_grows);
+			if (zero)
+				memset(q, 0, got < n ? got : n); /* the new part is zero */
+			p = q;
+		}
+	} else if (p) {
+		CTR_INC(extent_reuses);
+		if (zero)
+			memset(p, 0, n); /* fresh mappings are zero already */
+		len = got;
+	}
+	if (!p) {
+		/* The rounding to a size step costs address space, not memory: where
+		 * address space is limited (RLIMIT_AS, checked at each mapping because a
+		 * program may set it at any time) or runs out, do without it, as glibc
+		 * does.  Such an extent is not cached when freed (xc_put): its address
+		 * space goes back at once. */
+		size_t exact = round_up(n, PAGE);
+		if (exact < len && address_space_limited())
+			len = exact;
+		p = map_aligned(len, align);
+		if (!p && exact < len) {
+			len = exact;
+			p = map_aligned(len, align);
+		}
+		if (!p) {
+			errno = ENOMEM;
+			return NULL;
+		}
+		CTR_INC(extent_maps);
+	}
+	if (unlikely(!ext_insert(p, len))) {
+		(void)sheaf_os_unmap(p, len);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return p;
+}
+
+/* realloc of an extent of @len bytes at @p to @n > SHEAF_SC_MAX bytes:
+ * shrink in place (the tail goes back at once: it is a realloc the program
+ * asked for, not a free), grow with mremap, which moves the pages without
+ * copying them. */
+void *malloc_extent_resize(void *p, size_t len, size_t n)
+{
+	if (unlikely(n > SIZE_LIMIT - PAGE)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	size_t nlen = extent_len(n);
+	if (nlen == len)
+		return p;
+	/* In place first: a shrink always is, a growth when the pages after it are free.
+	 * Nobody else may use @p meanwhile (it is being reallocated). */
+	if (sheaf_sys_mremap(p, len, nlen, 0, NULL) != MAP_FAILED) {
+		ext_set_len(p, nlen);
+		CTR_INC(extent_remaps);
+		return p;
+	}
+	if (nlen < len) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	/* Moving: the destination is mapped and registered first, so that every step that
+	 * can fail comes before the block moves, and a failure leaves it where it was
+	 * (realloc's contract); then mremap moves the pages over our own mapping. */
+	void *q = sheaf_sys_mmap(NULL, nlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
+	if (q == MAP_FAILED) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (unlikely(!ext_insert(q, nlen))) {
+		(void)sheaf_os_unmap(q, nlen);
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (sheaf_sys_mremap(p, len, nlen, MREMAP_MAYMOVE | MREMAP_FIXED, q) == MAP_FAILED) {
+		/* An extent merged in the cache from neighbouring mappings may
+		 * span several of the kernel's mappings, which mremap cannot move
+		 * (EFAULT): copy it instead. */
+		memcpy(q, p, len);
+		malloc_extent_lookup(p, true);
+		malloc_extent_put(p, len);
+		return q;
+	}
+	malloc_extent_lookup(p, true);
+	CTR_INC(extent_remaps);
+	return q;
+}
+
+/* ---- fork (malloc.c's handlers) ------------------------------------------------------ */
+
+void malloc_extent_fork_lock(void)
+{
+	pthread_mutex_lock(&xc.lock);
+	for (unsigned int i = 0; i < EXT_SHARDS; i++)
+		pthread_mutex_lock(&ext_shards[i].lock);
+}
+
+void malloc_extent_fork_unlock(void)
+{
+	for (unsigned int i = EXT_SHARDS; i-- > 0;)
+		pthread_mutex_unlock(&ext_shards[i].lock);
+	pthread_mutex_unlock(&xc.lock);
+}

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * malloc_impl.h - what the files of the malloc front end share among themselves
+ * (private to src/malloc/; preload/ and the tests use malloc/malloc.h).
+ */
+#ifndef SHEAF_MALLOC_IMPL_H
+#define SHEAF_MALLOC_IMPL_H
+
+#include "malloc/malloc.h"
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+#define PAGE 4096u
+/* Requests above PTRDIFF_MAX fail as in glibc: pointer differences inside
+ * the block must be representable. */
+#define SIZE_LIMIT ((size_t)PTRDIFF_MAX)
+
+static size_t round_up(size_t n, size_t a)
+{
+	return (n + a - 1) & ~(a - 1);
+}
+
+/* malloc.c: counters of the front end's own paths (sheaf_malloc_counters_get). */
+struct malloc_counters {
+	_Atomic uint64_t extent_maps, extent_reuses, extent_grows, extent_merges, extent_unmaps,
+		extent_remaps;
+	_Atomic uint64_t boot_allocs, foreign_frees, errors;
+};
+extern struct malloc_counters malloc_ctr;
+#define CTR_INC(f) atomic_fetch_add_explicit(&malloc_ctr.f, 1, memory_order_relaxed)
+
+/* Non-zero while this thread creates a class cache or initialises the core (malloc.c):
+ * its allocations then come from the bootstrap arena. */
+extern __thread unsigned int malloc_tls_creating;
+
+/* The fork handlers are registered (before the first extent lock is taken). */
+void malloc_fork_handlers_ensure(void);
+
+/* Report an invalid use of the malloc API through the one reporter (base/error.h). */
+void malloc_report(enum sheaf_error_kind kind, const char *fn, const char *what, const void *ptr,
+		   const char *cache, size_t size) __attribute__((cold, noinline));
+
+/* extent.c: large blocks. */
+/* A new extent of @n bytes aligned to @align (zeroed with @zero), from the cache or the
+ * OS; NULL with errno set. */
+void *malloc_large_alloc(size_t n, size_t align, bool zero);
+/* realloc of the extent @p of @len bytes to @n bytes. */
+void *malloc_extent_resize(void *p, size_t len, size_t n);
+/* The length of the live extent at @p (0: not an extent); @remove takes it out of the
+ * registry. */
+size_t malloc_extent_lookup(const void *p, bool remove);
+/* A freed extent into the cache (or back to the OS). */
+void malloc_extent_put(void *p, size_t len);
+void malloc_extent_fork_lock(void);
+void malloc_extent_fork_unlock(void);
+
+#endif /* SHEAF_MALLOC_IMPL_H */
