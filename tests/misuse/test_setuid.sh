@@ -23,8 +23,10 @@ uid=$(id -u "$user")
 gid=$(id -g "$user")
 dir=$(mktemp -d /tmp/sheaf-setuid.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
-if findmnt -n -o OPTIONS -T "$dir" | tr ',' '\n' | grep -qx nosuid; then
-	echo "SKIP: $dir is on a filesystem mounted nosuid"
+command -v setpriv >/dev/null || { echo "SKIP: setpriv (util-linux) not installed"; exit 77; }
+opts=$(findmnt -n -o OPTIONS -T "$dir" 2>/dev/null | tr ',' '\n')
+if grep -qx -e nosuid -e noexec <<<"$opts"; then
+	echo "SKIP: $dir is on a filesystem mounted nosuid or noexec"
 	exit 77
 fi
 chmod 755 "$dir"
