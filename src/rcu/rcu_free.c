@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * rcu_free.c - RCU-deferred free in sheaves with a per-cache barrier (D5;
- * K§4.2-4.4).  The only file that includes liburcu, so that the RCU flavour is one
- * file's choice.  docs/rcu.md has the
+ * K§4.2-4.4).  The RCU layer (rcu_free.c, barrier.c, through rcu_impl.h) is the only
+ * code that includes liburcu, so that the RCU flavour is one layer's choice; the
+ * barriers are in barrier.c.  docs/rcu.md has the
  * long version of this comment, with the liburcu obligations and the measurements.
  *
  * ==== Path of an object ====
@@ -80,39 +81,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <urcu/urcu-memb.h>
+#include "rcu/rcu_impl.h"
 
-#include "rcu/rcu.h"
-
-#define RCU_FALLBACK_BATCH 64
-
-/* Each flavour's header maps the generic names (call_rcu, ...) to its own, so only one
- * can be included per file; the other flavours' entry points are declared here with
- * the signatures of liburcu's ABI (liburcu-mb.so, liburcu-qsbr.so, 0.13). */
-void urcu_mb_call_rcu(struct rcu_head *head, void (*func)(struct rcu_head *head));
-void urcu_mb_barrier(void);
-void urcu_mb_synchronize_rcu(void);
-int urcu_mb_read_ongoing(void);
-struct call_rcu_data *urcu_mb_get_default_call_rcu_data(void);
-void urcu_qsbr_call_rcu(struct rcu_head *head, void (*func)(struct rcu_head *head));
-void urcu_qsbr_barrier(void);
-void urcu_qsbr_synchronize_rcu(void);
-int urcu_qsbr_read_ongoing(void);
-struct call_rcu_data *urcu_qsbr_get_default_call_rcu_data(void);
-void urcu_qsbr_thread_offline(void);
-void urcu_qsbr_thread_online(void);
-
-struct rcu_ops {
-	void (*call)(struct rcu_head *head, void (*func)(struct rcu_head *head));
-	void (*barrier_all)(void);	     /* rcu_barrier(): every callback of the flavour */
-	void (*sync)(void);		     /* synchronize_rcu() */
-	int (*ongoing)(void);		     /* memb/mb: inside a read-side section; qsbr: online */
-	struct call_rcu_data *(*warm)(void); /* get_default_call_rcu_data() */
-	void (*offline)(void);		     /* QSBR only */
-	void (*online)(void);
-};
-
-static const struct rcu_ops flavors[] = {
+const struct rcu_ops rcu_flavors[] = {
 	[SHEAF_RCU_MEMB] = { urcu_memb_call_rcu, urcu_memb_barrier, urcu_memb_synchronize_rcu,
 			     urcu_memb_read_ongoing, urcu_memb_get_default_call_rcu_data, NULL,
 			     NULL },
@@ -126,90 +97,12 @@ static const struct rcu_ops flavors[] = {
 /* The flavour (low byte) and whether it is in use (FLAVOR_USED): one word, so that
  * sheaf_rcu_set_flavor() and the first use cannot interleave.  FLAVOR_WARM is set once
  * the flavour's call_rcu worker exists. */
-#define FLAVOR_MASK 0xffu
-#define FLAVOR_USED 0x100u
-#define FLAVOR_WARM 0x200u
-static atomic_uint flavor_word = SHEAF_RCU_MEMB;
+atomic_uint rcu_flavor_word = SHEAF_RCU_MEMB;
 
 /* Callbacks of this library queued in liburcu and not finished (tickets, deferred page
  * frees): the library destructor waits for them (see rcu_free_unload()). */
-static atomic_long cbs_pending;
-static atomic_int warm_pid; /* the process whose call_rcu worker exists (not a fork child) */
-
-#if defined(__SANITIZE_THREAD__)
-void __tsan_acquire(void *addr);
-void __tsan_release(void *addr);
-#define tsan_acquire(p) __tsan_acquire(p)
-#define tsan_release(p) __tsan_release(p)
-#else
-#define tsan_acquire(p) ((void)(p))
-#define tsan_release(p) ((void)(p))
-#endif
-
-/* A fallback batch: objects that could not use a sheaf. */
-struct rcu_batch {
-	struct rcu_batch *next; /* on a next list or a ticket */
-	uint32_t n;
-	void *objs[RCU_FALLBACK_BATCH];
-};
-
-/* Units (sheaves, batches) waiting for a grace period. */
-struct rcu_units {
-	struct sheaf_list sheaves; /* through sheaf->link */
-	struct rcu_batch *batches;
-	long units; /* sheaves + batches */
-};
-
-/* OPEN -> RUNNING (the callback) or OPEN -> CLAIMING -> ORPHANED (a barrier; it touches
- * the ticket only while CLAIMING, and the callback frees it only once ORPHANED). */
-enum {
-	TICKET_OPEN,
-	TICKET_RUNNING,
-	TICKET_CLAIMING,
-	TICKET_ORPHANED,
-	TICKET_SEARCHING /* a double-free search reads the units (sheaf_rcu_pending); back to OPEN */
-};
-
-/* One call_rcu for every unit of a cache submitted since the previous one. */
-struct rcu_ticket {
-	struct rcu_head head; /* liburcu hands it back */
-	struct sheaf_cache *cache;
-	atomic_int state;   /* TICKET_*, see above */
-	struct rcu_units u; /* owned by whoever moved state out of OPEN */
-};
-
-struct rcu_state {
-	pthread_mutex_t lock; /* protects everything below; cv waits on it */
-	pthread_cond_t cv;
-	pthread_mutex_t barrier_mutex; /* serialises this cache's barriers */
-	struct rcu_units next;	       /* submitted, waiting for a ticket */
-	struct rcu_ticket *ticket;     /* in flight (OPEN or RUNNING), or NULL */
-	uint64_t ticket_seq;	       /* launches so far */
-	struct rcu_batch *fb;	       /* fallback batch being filled */
-};
-
-static inline void units_init(struct rcu_units *u)
-{
-	sheaf_list_init(&u->sheaves);
-	u->batches = NULL;
-	u->units = 0;
-}
-
-/* Move every unit of @from to the end of @to. */
-static void units_splice(struct rcu_units *to, struct rcu_units *from)
-{
-	struct sheaf_list *pos, *tmp;
-	sheaf_list_for_each_safe(pos, tmp, &from->sheaves) {
-		sheaf_list_del(pos);
-		sheaf_list_add_tail(pos, &to->sheaves);
-	}
-	struct rcu_batch **tail = &to->batches;
-	while (*tail)
-		tail = &(*tail)->next;
-	*tail = from->batches;
-	to->units += from->units;
-	units_init(from);
-}
+atomic_long rcu_cbs_pending;
+atomic_int rcu_warm_pid; /* the process whose call_rcu worker exists (not a fork child) */
 
 /* ---- Flavour ----------------------------------------------------------------------- */
 
@@ -217,50 +110,39 @@ SHEAF_API int sheaf_rcu_set_flavor(enum sheaf_rcu_flavor f)
 {
 	if ((unsigned)f > SHEAF_RCU_QSBR)
 		return -EINVAL;
-	unsigned w = atomic_load(&flavor_word);
+	unsigned w = atomic_load(&rcu_flavor_word);
 	for (;;) {
 		if (w & FLAVOR_USED)
 			return (w & FLAVOR_MASK) == (unsigned)f ? 0 : -EBUSY;
-		if (atomic_compare_exchange_weak(&flavor_word, &w, (unsigned)f))
+		if (atomic_compare_exchange_weak(&rcu_flavor_word, &w, (unsigned)f))
 			return 0;
 	}
 }
 
 /* The flavour, fixed from now on; its call_rcu worker exists when this returns.  Must
  * be called with no Sheaf lock held unless FLAVOR_WARM is already set (see the top). */
-static const struct rcu_ops *rcu_use(void)
+const struct rcu_ops *rcu_use(void)
 {
-	unsigned w = atomic_load_explicit(&flavor_word, memory_order_acquire);
+	unsigned w = atomic_load_explicit(&rcu_flavor_word, memory_order_acquire);
 	if (sheaf_likely(w & FLAVOR_WARM))
-		return &flavors[w & FLAVOR_MASK];
-	w = atomic_fetch_or(&flavor_word, FLAVOR_USED) | FLAVOR_USED;
-	const struct rcu_ops *ops = &flavors[w & FLAVOR_MASK];
+		return &rcu_flavors[w & FLAVOR_MASK];
+	w = atomic_fetch_or(&rcu_flavor_word, FLAVOR_USED) | FLAVOR_USED;
+	const struct rcu_ops *ops = &rcu_flavors[w & FLAVOR_MASK];
 	(void)ops->warm(); /* thread-safe and idempotent in liburcu */
-	atomic_store(&warm_pid, (int)getpid());
-	atomic_fetch_or(&flavor_word, FLAVOR_WARM);
+	atomic_store(&rcu_warm_pid, (int)getpid());
+	atomic_fetch_or(&rcu_flavor_word, FLAVOR_WARM);
 	return ops;
-}
-
-/* Only after rcu_use() ran once (units exist). */
-static inline const struct rcu_ops *rcu_ops_cur(void)
-{
-	return &flavors[atomic_load_explicit(&flavor_word, memory_order_relaxed) & FLAVOR_MASK];
-}
-
-static inline bool is_qsbr(const struct rcu_ops *ops)
-{
-	return ops->offline != NULL;
 }
 
 /* Before waiting for a grace period: a QSBR thread that is online goes offline (else the
  * wait could never end), as liburcu's own synchronize_rcu() does; a memb/mb thread
  * inside a read-side section would deadlock: a caller error.  Returns -1 for that
  * error (reported), else whether the thread must be put back online afterwards. */
-static int wait_prepare(const struct rcu_ops *ops, const struct sheaf_cache *c)
+int rcu_wait_prepare(const struct rcu_ops *ops, const struct sheaf_cache *c)
 {
 	if (!ops->ongoing())
 		return 0;
-	if (is_qsbr(ops)) {
+	if (rcu_is_qsbr(ops)) {
 		ops->offline();
 		return 1;
 	}
@@ -269,7 +151,7 @@ static int wait_prepare(const struct rcu_ops *ops, const struct sheaf_cache *c)
 	return -1;
 }
 
-static void wait_finish(const struct rcu_ops *ops, int was_online)
+void rcu_wait_finish(const struct rcu_ops *ops, int was_online)
 {
 	if (was_online > 0)
 		ops->online();
@@ -469,7 +351,7 @@ static long batch_gp_done(struct sheaf_cache *c, struct rcu_batch *u)
 
 /* Return every unit of @u to the allocator (their grace period has ended); returns the
  * objects they carried. */
-static long units_gp_done(struct sheaf_cache *c, struct rcu_units *u)
+long rcu_units_gp_done(struct sheaf_cache *c, struct rcu_units *u)
 {
 	long objs = 0;
 	struct sheaf_list *pos, *tmp;
@@ -504,7 +386,7 @@ static void ticket_launch_locked(struct sheaf_cache *c, struct rcu_state *st)
 	units_splice(&t->u, &st->next);
 	st->ticket = t;
 	st->ticket_seq++;
-	atomic_fetch_add(&cbs_pending, 1);
+	atomic_fetch_add(&rcu_cbs_pending, 1);
 	tsan_release(t);
 	rcu_ops_cur()->call(&t->head, ticket_cb);
 }
@@ -525,13 +407,13 @@ static void ticket_cb(struct rcu_head *head)
 		while (atomic_load_explicit(&t->state, memory_order_acquire) != TICKET_ORPHANED)
 			sched_yield();
 		sheaf_meta_free(t, sizeof(*t));
-		atomic_fetch_sub(&cbs_pending, 1);
+		atomic_fetch_sub(&rcu_cbs_pending, 1);
 		return;
 	}
 	struct sheaf_cache *c = t->cache;
 	struct rcu_state *st = c->rcu_priv;
 	long units = t->u.units;
-	long objs = units_gp_done(c, &t->u);
+	long objs = rcu_units_gp_done(c, &t->u);
 	/* Everything that touches @c under st->lock, and nothing after it: a barrier that
 	 * sees this ticket finish (or the gauges drop, for its early return) may destroy the
 	 * cache at once, and sheaf_rcu_cache_fini() takes st->lock first. */
@@ -543,7 +425,7 @@ static void ticket_cb(struct rcu_head *head)
 	pthread_cond_broadcast(&st->cv);
 	pthread_mutex_unlock(&st->lock);
 	sheaf_meta_free(t, sizeof(*t));
-	atomic_fetch_sub(&cbs_pending, 1);
+	atomic_fetch_sub(&rcu_cbs_pending, 1);
 }
 
 /* ---- Submission ---------------------------------------------------------------------- */
@@ -748,221 +630,13 @@ static void flush_one(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
 
 /* Submit every partly filled rcu sheaf and the fallback batch of @c.  Caller holds
  * sheaf_reg.caches_lock (see the top: thread exit). */
-static void cache_flush_locked(struct sheaf_cache *c, void *arg)
+void rcu_cache_flush_locked(struct sheaf_cache *c, void *arg)
 {
 	(void)arg;
 	if (!c->rcu_priv)
 		return;
 	sheaf_pcs_for_each(c, flush_one, NULL);
 	fallback_flush(c);
-}
-
-/* ---- Barriers (K§4.4, D5) ------------------------------------------------------------ */
-
-/* What a barrier took back: units it returns itself after its own grace period.  The
- * partly filled pcs sheaves were never submitted (not in rcu_inflight_sheaves). */
-struct taken {
-	struct rcu_units u;
-	long submitted;
-	bool running; /* a ticket's callback was running: wait for it */
-	uint64_t running_seq;
-};
-
-static void take_one(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
-{
-	struct taken *tk = arg;
-	pthread_mutex_lock(&pcs->rcu_lock);
-	struct sheaf_sheaf *s = pcs->rcu_free;
-	pcs->rcu_free = NULL;
-	if (s && s->size) {
-		sheaf_stat_atomic(c, SHEAF_STAT_RCU_SHEAF_QUEUED, 1);
-		sheaf_list_add_tail(&s->link, &tk->u.sheaves);
-		tk->u.units++;
-	} else if (s) {
-		s->flags &= ~SHEAF_SH_RCU;
-		sheaf_sheaf_free(c, s);
-	}
-	pthread_mutex_unlock(&pcs->rcu_lock);
-}
-
-/* Take back everything of @c that waits for a grace period (see the top). */
-static void cache_take(struct sheaf_cache *c, struct taken *tk)
-{
-	struct rcu_state *st = c->rcu_priv;
-	units_init(&tk->u);
-	tk->submitted = 0;
-	tk->running = false;
-	pthread_mutex_lock(&sheaf_reg.caches_lock);
-	sheaf_pcs_for_each(c, take_one, tk);
-	pthread_mutex_unlock(&sheaf_reg.caches_lock);
-
-	pthread_mutex_lock(&st->lock);
-	if (st->fb) {
-		struct rcu_batch *b = st->fb;
-		st->fb = NULL;
-		sheaf_stat_atomic(c, SHEAF_STAT_RCU_FALLBACK_BATCH, 1);
-		b->next = tk->u.batches;
-		tk->u.batches = b;
-		tk->u.units++;
-	}
-	tk->submitted = st->next.units;
-	units_splice(&tk->u, &st->next);
-	struct rcu_ticket *t = st->ticket;
-	if (t) {
-		int expect = TICKET_OPEN;
-		if (atomic_compare_exchange_strong(&t->state, &expect, TICKET_CLAIMING)) {
-			/* The callback will only free the ticket, once it reads ORPHANED: the
-			 * last touch of @t here is that store. */
-			tk->submitted += t->u.units;
-			units_splice(&tk->u, &t->u);
-			st->ticket = NULL;
-			atomic_store_explicit(&t->state, TICKET_ORPHANED, memory_order_release);
-		} else {
-			tk->running = true;
-			tk->running_seq = st->ticket_seq;
-		}
-	}
-	pthread_mutex_unlock(&st->lock);
-}
-
-/* One grace period in this thread, then return what was taken. */
-static void taken_finish(struct sheaf_cache *c, const struct rcu_ops *ops, struct taken *tk)
-{
-	if (tk->u.units) {
-		ops->sync();
-		long objs = units_gp_done(c, &tk->u);
-		atomic_fetch_sub(&c->rcu_inflight_sheaves, tk->submitted);
-		atomic_fetch_sub(&c->rcu_inflight_objects, objs);
-	}
-	if (tk->running) {
-		struct rcu_state *st = c->rcu_priv;
-		pthread_mutex_lock(&st->lock);
-		while (st->ticket && st->ticket_seq == tk->running_seq)
-			pthread_cond_wait(&st->cv, &st->lock);
-		pthread_mutex_unlock(&st->lock);
-	}
-}
-
-SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
-{
-	if (!c || !sheaf_cache_check(c) || !c->rcu_priv)
-		return; /* NULL: nothing to wait for; destroyed or foreign: reported */
-	struct rcu_state *st = c->rcu_priv;
-	const char *mode = sheaf_option_str(SHEAF_OPT_RCU_BARRIER);
-	bool all_caches = mode && !strcmp(mode, "global");
-	bool global = all_caches || c->kernel_compat;
-	/* D5: nothing in flight anywhere for this cache: return at once.  (The kernel's
-	 * barrier always waits; so do the comparison modes.) */
-	if (!global && atomic_load(&c->rcu_inflight_objects) == 0 &&
-	    atomic_load(&c->rcu_inflight_sheaves) == 0)
-		return;
-	if (!(atomic_load(&flavor_word) & FLAVOR_WARM))
-		return; /* no unit was ever submitted (rcu_use() comes first) */
-	const struct rcu_ops *ops = rcu_ops_cur();
-	int online = wait_prepare(ops, c);
-	if (online < 0)
-		return;
-
-	pthread_mutex_lock(&st->barrier_mutex);
-	if (global) {
-		pthread_mutex_lock(&sheaf_reg.caches_lock);
-		if (all_caches) {
-			/* Seed 000 "before" (kvfree_rcu_barrier): every cache's rcu sheaves. */
-			struct sheaf_list *pos;
-			for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next)
-				cache_flush_locked(sheaf_container_of(pos, struct sheaf_cache,
-								      cache_list),
-						   NULL);
-			if (sheaf_list_empty(&c->cache_list))
-				cache_flush_locked(c, NULL); /* not linked (any more) */
-		} else {
-			cache_flush_locked(c, NULL); /* Linux 7.0: this cache's sheaves */
-		}
-		pthread_mutex_unlock(&sheaf_reg.caches_lock);
-		/* K§4.4: the global rcu_barrier().  liburcu's returns at once inside a
-		 * read-side section; wait_prepare() excluded that and took an online QSBR
-		 * thread offline. */
-		ops->barrier_all();
-	}
-	struct taken tk;
-	cache_take(c, &tk);
-	taken_finish(c, ops, &tk);
-	pthread_mutex_unlock(&st->barrier_mutex);
-	wait_finish(ops, online);
-}
-
-SHEAF_API void sheaf_rcu_barrier(void)
-{
-	if (atomic_load(&sheaf_g.init_state) != 2)
-		return;
-	if (!(atomic_load(&flavor_word) & FLAVOR_WARM))
-		return;
-	const struct rcu_ops *ops = rcu_ops_cur();
-	int online = wait_prepare(ops, NULL);
-	if (online < 0)
-		return;
-	/* Every cache's units are handed to call_rcu now or, behind a ticket in flight, by
-	 * that ticket's callback; two rcu_barrier() calls wait for both generations (the
-	 * second ticket is queued before the first rcu_barrier() returns).  This also waits
-	 * for the deferred page frees of TYPESAFE_BY_RCU caches. */
-	sheaf_cache_for_each(cache_flush_locked, NULL);
-	ops->barrier_all();
-	ops->barrier_all();
-	wait_finish(ops, online);
-}
-
-/* ---- SHEAF_TYPESAFE_BY_RCU: slab pages go back after a grace period ------------------ */
-
-/* The rcu_head is kept in the discarded slab's descriptor, which nothing else uses until
- * the pages are freed (its kind is UNUSED, so no buddy merges with it, and its page-map
- * entries are 0).  So deferring allocates nothing and cannot fail: before, a failed
- * allocation of a separate record kept the pages for good, silently. */
-_Static_assert(sizeof(struct rcu_head) <= sizeof(((struct sheaf_slab *)0)->sl_rcu),
-	       "rcu_head fits in a slab descriptor");
-
-static void deferred_pages_cb(struct rcu_head *head)
-{
-	struct sheaf_slab *s = sheaf_container_of((void *)head, struct sheaf_slab, sl_rcu);
-	tsan_acquire(s);
-	sheaf_page_free(s->sl_base, s->pg_order, s->pg_node);
-	atomic_fetch_sub(&cbs_pending, 1);
-}
-
-void sheaf_rcu_defer_pages(struct sheaf_cache *c, struct sheaf_slab *s)
-{
-	(void)c;
-	atomic_fetch_add(&cbs_pending, 1);
-	tsan_release(s);
-	/* The flavour was warmed when the cache was created (sheaf_rcu_cache_init). */
-	rcu_use()->call((struct rcu_head *)(void *)s->sl_rcu, deferred_pages_cb);
-}
-
-/* liburcu's rule for libraries that use call_rcu(): callbacks must not outlive the
- * library's code (dlclose).  sheaf_cache_destroy() does not call rcu_barrier()
- * (D5), and a ticket a barrier orphaned still has its callback queued, so the library
- * waits here, at unload or process exit, and only when one of its callbacks is pending
- * (a program that just freed with free_rcu pays one rcu_barrier(), 10-20 ms, at exit).
- * Not inside a read-side critical section, where rcu_barrier() cannot wait; not in the
- * child of a fork, where liburcu's worker does not exist unless the program ran
- * liburcu's fork handlers (rcu_barrier() would never return); and a bounded number of
- * times, since other threads may still be freeing while the process exits. */
-__attribute__((destructor)) static void rcu_free_unload(void)
-{
-	if (!atomic_load(&cbs_pending) || !(atomic_load(&flavor_word) & FLAVOR_WARM) ||
-	    atomic_load(&warm_pid) != (int)getpid())
-		return;
-	const struct rcu_ops *ops = rcu_ops_cur();
-	bool online = false;
-	if (ops->ongoing()) {
-		if (!is_qsbr(ops))
-			return;
-		ops->offline();
-		online = true;
-	}
-	for (int i = 0; i < 3 && atomic_load(&cbs_pending); i++)
-		ops->barrier_all(); /* a callback may queue the next ticket */
-	if (online)
-		ops->online();
 }
 
 /* ---- Hooks in the layers below -------------------------------------------------------- */

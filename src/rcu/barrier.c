@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * barrier.c - the per-cache and the global RCU barriers (K§4.4, D5) and the deferred
+ * page frees of SHEAF_TYPESAFE_BY_RCU caches (rcu_free.c has the path of an object
+ * and the rules of liburcu that both files keep).
+ */
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rcu/rcu_impl.h"
+
+/* ---- Barriers (K§4.4, D5) ------------------------------------------------------------ */
+
+/* What a barrier took back: units it returns itself after its own grace period.  The
+ * partly filled pcs sheaves were never submitted (not in rcu_inflight_sheaves). */
+struct taken {
+	struct rcu_units u;
+	long submitted;
+	bool running; /* a ticket's callback was running: wait for it */
+	uint64_t running_seq;
+};
+
+static void take_one(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
+{
+	struct taken *tk = arg;
+	pthread_mutex_lock(&pcs->rcu_lock);
+	struct sheaf_sheaf *s = pcs->rcu_free;
+	pcs->rcu_free = NULL;
+	if (s && s->size) {
+		sheaf_stat_atomic(c, SHEAF_STAT_RCU_SHEAF_QUEUED, 1);
+		sheaf_list_add_tail(&s->link, &tk->u.sheaves);
+		tk->u.units++;
+	} else if (s) {
+		s->flags &= ~SHEAF_SH_RCU;
+		sheaf_sheaf_free(c, s);
+	}
+	pthread_mutex_unlock(&pcs->rcu_lock);
+}
+
+/* Take back everything of @c that waits for a grace period (see the top). */
+static void cache_take(struct sheaf_cache *c, struct taken *tk)
+{
+	struct rcu_state *st = c->rcu_priv;
+	units_init(&tk->u);
+	tk->submitted = 0;
+	tk->running = false;
+	pthread_mutex_lock(&sheaf_reg.caches_lock);
+	sheaf_pcs_for_each(c, take_one, tk);
+	pthread_mutex_unlock(&sheaf_reg.caches_lock);
+
+	pthread_mutex_lock(&st->lock);
+	if (st->fb) {
+		struct rcu_batch *b = st->fb;
+		st->fb = NULL;
+		sheaf_stat_atomic(c, SHEAF_STAT_RCU_FALLBACK_BATCH, 1);
+		b->next = tk->u.batches;
+		tk->u.batches = b;
+		tk->u.units++;
+	}
+	tk->submitted = st->next.units;
+	units_splice(&tk->u, &st->next);
+	struct rcu_ticket *t = st->ticket;
+	if (t) {
+		int expect = TICKET_OPEN;
+		if (atomic_compare_exchange_strong(&t->state, &expect, TICKET_CLAIMING)) {
+			/* The callback will only free the ticket, once it reads ORPHANED: the
+			 * last touch of @t here is that store. */
+			tk->submitted += t->u.units;
+			units_splice(&tk->u, &t->u);
+			st->ticket = NULL;
+			atomic_store_explicit(&t->state, TICKET_ORPHANED, memory_order_release);
+		} else {
+			tk->running = true;
+			tk->running_seq = st->ticket_seq;
+		}
+	}
+	pthread_mutex_unlock(&st->lock);
+}
+
+/* One grace period in this thread, then return what was taken. */
+static void taken_finish(struct sheaf_cache *c, const struct rcu_ops *ops, struct taken *tk)
+{
+	if (tk->u.units) {
+		ops->sync();
+		long objs = rcu_units_gp_done(c, &tk->u);
+		atomic_fetch_sub(&c->rcu_inflight_sheaves, tk->submitted);
+		atomic_fetch_sub(&c->rcu_inflight_objects, objs);
+	}
+	if (tk->running) {
+		struct rcu_state *st = c->rcu_priv;
+		pthread_mutex_lock(&st->lock);
+		while (st->ticket && st->ticket_seq == tk->running_seq)
+			pthread_cond_wait(&st->cv, &st->lock);
+		pthread_mutex_unlock(&st->lock);
+	}
+}
+
+SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
+{
+	if (!c || !sheaf_cache_check(c) || !c->rcu_priv)
+		return; /* NULL: nothing to wait for; destroyed or foreign: reported */
+	struct rcu_state *st = c->rcu_priv;
+	const char *mode = sheaf_option_str(SHEAF_OPT_RCU_BARRIER);
+	bool all_caches = mode && !strcmp(mode, "global");
+	bool global = all_caches || c->kernel_compat;
+	/* D5: nothing in flight anywhere for this cache: return at once.  (The kernel's
+	 * barrier always waits; so do the comparison modes.) */
+	if (!global && atomic_load(&c->rcu_inflight_objects) == 0 &&
+	    atomic_load(&c->rcu_inflight_sheaves) == 0)
+		return;
+	if (!(atomic_load(&rcu_flavor_word) & FLAVOR_WARM))
+		return; /* no unit was ever submitted (rcu_use() comes first) */
+	const struct rcu_ops *ops = rcu_ops_cur();
+	int online = rcu_wait_prepare(ops, c);
+	if (online < 0)
+		return;
+
+	pthread_mutex_lock(&st->barrier_mutex);
+	if (global) {
+		pthread_mutex_lock(&sheaf_reg.caches_lock);
+		if (all_caches) {
+			/* Seed 000 "before" (kvfree_rcu_barrier): every cache's rcu sheaves. */
+			struct sheaf_list *pos;
+			for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next)
+				rcu_cache_flush_locked(sheaf_container_of(pos, struct sheaf_cache,
+								      cache_list),
+						   NULL);
+			if (sheaf_list_empty(&c->cache_list))
+				rcu_cache_flush_locked(c, NULL); /* not linked (any more) */
+		} else {
+			rcu_cache_flush_locked(c, NULL); /* Linux 7.0: this cache's sheaves */
+		}
+		pthread_mutex_unlock(&sheaf_reg.caches_lock);
+		/* K§4.4: the global rcu_barrier().  liburcu's returns at once inside a
+		 * read-side section; rcu_wait_prepare() excluded that and took an online QSBR
+		 * thread offline. */
+		ops->barrier_all();
+	}
+	struct taken tk;
+	cache_take(c, &tk);
+	taken_finish(c, ops, &tk);
+	pthread_mutex_unlock(&st->barrier_mutex);
+	rcu_wait_finish(ops, online);
+}
+
+SHEAF_API void sheaf_rcu_barrier(void)
+{
+	if (atomic_load(&sheaf_g.init_state) != 2)
+		return;
+	if (!(atomic_load(&rcu_flavor_word) & FLAVOR_WARM))
+		return;
+	const struct rcu_ops *ops = rcu_ops_cur();
+	int online = rcu_wait_prepare(ops, NULL);
+	if (online < 0)
+		return;
+	/* Every cache's units are handed to call_rcu now or, behind a ticket in flight, by
+	 * that ticket's callback; two rcu_barrier() calls wait for both generations (the
+	 * second ticket is queued before the first rcu_barrier() returns).  This also waits
+	 * for the deferred page frees of TYPESAFE_BY_RCU caches. */
+	sheaf_cache_for_each(rcu_cache_flush_locked, NULL);
+	ops->barrier_all();
+	ops->barrier_all();
+	rcu_wait_finish(ops, online);
+}
+
+/* ---- SHEAF_TYPESAFE_BY_RCU: slab pages go back after a grace period ------------------ */
+
+/* The rcu_head is kept in the discarded slab's descriptor, which nothing else uses until
+ * the pages are freed (its kind is UNUSED, so no buddy merges with it, and its page-map
+ * entries are 0).  So deferring allocates nothing and cannot fail: before, a failed
+ * allocation of a separate record kept the pages for good, silently. */
+_Static_assert(sizeof(struct rcu_head) <= sizeof(((struct sheaf_slab *)0)->sl_rcu),
+	       "rcu_head fits in a slab descriptor");
+
+static void deferred_pages_cb(struct rcu_head *head)
+{
+	struct sheaf_slab *s = sheaf_container_of((void *)head, struct sheaf_slab, sl_rcu);
+	tsan_acquire(s);
+	sheaf_page_free(s->sl_base, s->pg_order, s->pg_node);
+	atomic_fetch_sub(&rcu_cbs_pending, 1);
+}
+
+void sheaf_rcu_defer_pages(struct sheaf_cache *c, struct sheaf_slab *s)
+{
+	(void)c;
+	atomic_fetch_add(&rcu_cbs_pending, 1);
+	tsan_release(s);
+	/* The flavour was warmed when the cache was created (sheaf_rcu_cache_init). */
+	rcu_use()->call((struct rcu_head *)(void *)s->sl_rcu, deferred_pages_cb);
+}
+
+/* liburcu's rule for libraries that use call_rcu(): callbacks must not outlive the
+ * library's code (dlclose).  sheaf_cache_destroy() does not call rcu_barrier()
+ * (D5), and a ticket a barrier orphaned still has its callback queued, so the library
+ * waits here, at unload or process exit, and only when one of its callbacks is pending
+ * (a program that just freed with free_rcu pays one rcu_barrier(), 10-20 ms, at exit).
+ * Not inside a read-side critical section, where rcu_barrier() cannot wait; not in the
+ * child of a fork, where liburcu's worker does not exist unless the program ran
+ * liburcu's fork handlers (rcu_barrier() would never return); and a bounded number of
+ * times, since other threads may still be freeing while the process exits. */
+__attribute__((destructor)) static void rcu_free_unload(void)
+{
+	if (!atomic_load(&rcu_cbs_pending) || !(atomic_load(&rcu_flavor_word) & FLAVOR_WARM) ||
+	    atomic_load(&rcu_warm_pid) != (int)getpid())
+		return;
+	const struct rcu_ops *ops = rcu_ops_cur();
+	bool online = false;
+	if (ops->ongoing()) {
+		if (!rcu_is_qsbr(ops))
+			return;
+		ops->offline();
+		online = true;
+	}
+	for (int i = 0; i < 3 && atomic_load(&rcu_cbs_pending); i++)
+		ops->barrier_all(); /* a callback may queue the next ticket */
+	if (online)
+		ops->online();
+}
