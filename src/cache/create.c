@@ -252,11 +252,21 @@ static void cache_struct_retire(struct sheaf_cache *c)
 		__atomic_store_n(&c->mainv[k], &sheaf_sentinel_sheaf, __ATOMIC_RELEASE);
 	cache_free_nodes(c);
 	__atomic_store_n(&c->magic, SHEAF_CACHE_DEAD, __ATOMIC_RELEASE);
+	struct sheaf_cache *oldest = NULL;
 	pthread_mutex_lock(&sheaf_reg.caches_lock);
-	sheaf_assert_internal(dead_count < SHEAF_DEAD_KEPT);
+	/* Full when more caches were alive at once than are kept (a create reuses one only
+	 * at SHEAF_DEAD_KEPT): the oldest goes back to the OS.  The fuzz corpus found this
+	 * (two caches alive while others churn); tests/unit/test_cache_churn.c. */
+	if (dead_count == SHEAF_DEAD_KEPT) {
+		oldest = dead_caches[dead_head];
+		dead_head = (dead_head + 1) % SHEAF_DEAD_KEPT;
+		dead_count--;
+	}
 	dead_caches[(dead_head + dead_count) % SHEAF_DEAD_KEPT] = c;
 	dead_count++;
 	pthread_mutex_unlock(&sheaf_reg.caches_lock);
+	if (oldest)
+		(void)sheaf_os_unmap(oldest, SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
 }
 
 struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, const struct sheaf_cache_args *args,
