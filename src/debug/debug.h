@@ -2,9 +2,11 @@
 /*
  * debug/debug.h - the debug layer's interface (layer 8 of src/README.md).
  *
- * Owns: the debug-objects tracker (debug_objects.c; public API include/sheaf_debug.h):
- * object states and their hash, the record pool that moves records in batches and
- * throttles its frees, the fixups and the reports (docs/debugging.md).
+ * Owns: the debug-objects tracker (public API include/sheaf_debug.h): object states
+ * and their hash, reports and fixups, initialisation and the self-test
+ * (debug_objects.c), the state changes and the check of every free (hooks.c), the
+ * record pool that moves records in batches and throttles its frees (pool.c); they
+ * share debug_impl.h (docs/debugging.md).
  *
  * May call: cache/ (its records are objects of an ordinary cache) and everything
  * below; it reaches into frees through sheaf_free_check_hook_set (percpu/).

@@ -1,0 +1,344 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * hooks.c - the tracker's API: object state changes (init, activate, deactivate,
+ * destroy, free, assert_init), their checks, reports and fixups, and the check of
+ * every free of Sheaf memory (debug_objects.c has the design).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <dlfcn.h>
+#include <execinfo.h>
+
+#include "debug/debug_impl.h"
+
+/* ---- The hooks ------------------------------------------------------------ */
+
+#define CALLER() __builtin_extract_return_addr(__builtin_return_address(0))
+
+static void do_init(void *addr, const struct sheaf_debug_obj_descr *d, const void *caller)
+{
+	struct bucket *b = dobj_bucket_of(addr);
+	struct dobj *o = dobj_lookup_or_alloc(b, addr, d, caller);
+	struct snapshot s;
+	if (!o) {
+		bucket_unlock(b);
+		/* No memory for a record: say so (counted, rate-limited); the
+		 * object's later operations will report "not available". */
+		s = (struct snapshot){ addr, d, NULL, SHEAF_DEBUG_STATE_NOTAVAILABLE };
+		dobj_report("init (out of memory for a tracking record)", &s, caller);
+		return;
+	}
+	switch (o->state) {
+	case SHEAF_DEBUG_STATE_NONE:
+	case SHEAF_DEBUG_STATE_INIT:
+	case SHEAF_DEBUG_STATE_INACTIVE:
+		/* Re-initialising an idle object is legal (kernel timers do). */
+		o->state = SHEAF_DEBUG_STATE_INIT;
+		o->descr = d;
+		o->site = caller;
+		bucket_unlock(b);
+		break;
+	case SHEAF_DEBUG_STATE_ACTIVE:
+		dobj_snap(&s, o);
+		bucket_unlock(b);
+		dobj_report("init", &s, caller);
+		dobj_fixup(d->fixup_init, addr, s.state);
+		break;
+	default: /* destroyed */
+		dobj_snap(&s, o);
+		bucket_unlock(b);
+		dobj_report("init", &s, caller);
+		break;
+	}
+	dobj_housekeeping();
+}
+
+SHEAF_API void sheaf_debug_object_init(void *addr, const struct sheaf_debug_obj_descr *d)
+{
+	if (!dobj_tracker_ready() || !addr || !d)
+		return;
+	do_init(addr, d, CALLER());
+}
+
+SHEAF_API int sheaf_debug_object_activate(void *addr, const struct sheaf_debug_obj_descr *d)
+{
+	const void *caller = CALLER();
+	struct snapshot s;
+	if (!dobj_tracker_ready() || !addr || !d)
+		return 0;
+	struct bucket *b = dobj_bucket_of(addr);
+	bucket_lock(b);
+	struct dobj *o = dobj_lookup_locked(b, addr);
+	if (o) {
+		switch (o->state) {
+		case SHEAF_DEBUG_STATE_INIT:
+		case SHEAF_DEBUG_STATE_INACTIVE:
+			o->state = SHEAF_DEBUG_STATE_ACTIVE;
+			o->site = caller;
+			bucket_unlock(b);
+			dobj_housekeeping();
+			return 0;
+		case SHEAF_DEBUG_STATE_ACTIVE:
+			dobj_snap(&s, o);
+			bucket_unlock(b);
+			dobj_report("activate", &s, caller);
+			return dobj_fixup(d->fixup_activate, addr, s.state) ? 0 : -EINVAL;
+		default: /* destroyed: never activated again */
+			dobj_snap(&s, o);
+			bucket_unlock(b);
+			dobj_report("activate", &s, caller);
+			return -EINVAL;
+		}
+	}
+	bucket_unlock(b);
+	/* Not tracked: a statically initialised object starts its tracking
+	 * here; anything else is activated without ever being initialised. */
+	if (d->is_static_object && d->is_static_object(addr)) {
+		do_init(addr, d, caller);
+		bucket_lock(b);
+		o = dobj_lookup_locked(b, addr);
+		if (o && o->state == SHEAF_DEBUG_STATE_INIT) {
+			o->state = SHEAF_DEBUG_STATE_ACTIVE;
+			o->site = caller;
+		}
+		bucket_unlock(b);
+		return 0;
+	}
+	s = (struct snapshot){ addr, d, NULL, SHEAF_DEBUG_STATE_NOTAVAILABLE };
+	dobj_report("activate", &s, caller);
+	return dobj_fixup(d->fixup_activate, addr, s.state) ? 0 : -EINVAL;
+}
+
+SHEAF_API void sheaf_debug_object_deactivate(void *addr, const struct sheaf_debug_obj_descr *d)
+{
+	const void *caller = CALLER();
+	struct snapshot s;
+	if (!dobj_tracker_ready() || !addr || !d)
+		return;
+	struct bucket *b = dobj_bucket_of(addr);
+	bucket_lock(b);
+	struct dobj *o = dobj_lookup_locked(b, addr);
+	if (o) {
+		switch (o->state) {
+		case SHEAF_DEBUG_STATE_INIT:
+		case SHEAF_DEBUG_STATE_INACTIVE:
+		case SHEAF_DEBUG_STATE_ACTIVE:
+			o->state = SHEAF_DEBUG_STATE_INACTIVE;
+			o->site = caller;
+			bucket_unlock(b);
+			dobj_housekeeping();
+			return;
+		default:
+			dobj_snap(&s, o);
+			bucket_unlock(b);
+			dobj_report("deactivate", &s, caller);
+			return;
+		}
+	}
+	bucket_unlock(b);
+	s = (struct snapshot){ addr, d, NULL, SHEAF_DEBUG_STATE_NOTAVAILABLE };
+	dobj_report("deactivate", &s, caller);
+}
+
+SHEAF_API void sheaf_debug_object_destroy(void *addr, const struct sheaf_debug_obj_descr *d)
+{
+	const void *caller = CALLER();
+	struct snapshot s;
+	if (!dobj_tracker_ready() || !addr || !d)
+		return;
+	struct bucket *b = dobj_bucket_of(addr);
+	bucket_lock(b);
+	struct dobj *o = dobj_lookup_locked(b, addr);
+	if (!o) {
+		bucket_unlock(b);
+		return;
+	}
+	switch (o->state) {
+	case SHEAF_DEBUG_STATE_NONE:
+	case SHEAF_DEBUG_STATE_INIT:
+	case SHEAF_DEBUG_STATE_INACTIVE:
+		o->state = SHEAF_DEBUG_STATE_DESTROYED;
+		o->site = caller;
+		bucket_unlock(b);
+		dobj_housekeeping();
+		return;
+	case SHEAF_DEBUG_STATE_ACTIVE:
+		dobj_snap(&s, o);
+		bucket_unlock(b);
+		dobj_report("destroy", &s, caller);
+		dobj_fixup(d->fixup_destroy, addr, s.state);
+		return;
+	default:
+		dobj_snap(&s, o);
+		bucket_unlock(b);
+		dobj_report("destroy", &s, caller);
+		return;
+	}
+}
+
+SHEAF_API void sheaf_debug_object_free(void *addr, const struct sheaf_debug_obj_descr *d)
+{
+	const void *caller = CALLER();
+	struct snapshot s;
+	if (!dobj_tracker_ready() || !addr || !d)
+		return;
+	struct bucket *b = dobj_bucket_of(addr);
+	bucket_lock(b);
+	struct dobj *o = dobj_lookup_locked(b, addr);
+	if (!o) {
+		bucket_unlock(b);
+		return;
+	}
+	if (o->state == SHEAF_DEBUG_STATE_ACTIVE) {
+		dobj_snap(&s, o);
+		bucket_unlock(b);
+		dobj_report("free", &s, caller);
+		dobj_fixup(d->fixup_free, addr, s.state);
+		return;
+	}
+	o->state = SHEAF_DEBUG_STATE_FREED;
+	dobj_unlink_locked(b, o);
+	bucket_unlock(b);
+	dobj_rec_free(o);
+	dobj_housekeeping();
+}
+
+SHEAF_API void sheaf_debug_object_assert_init(void *addr, const struct sheaf_debug_obj_descr *d)
+{
+	const void *caller = CALLER();
+	if (!dobj_tracker_ready() || !addr || !d)
+		return;
+	struct bucket *b = dobj_bucket_of(addr);
+	bucket_lock(b);
+	struct dobj *o = dobj_lookup_locked(b, addr);
+	bucket_unlock(b);
+	if (o)
+		return;
+	if (d->is_static_object && d->is_static_object(addr)) {
+		do_init(addr, d, caller);
+		return;
+	}
+	struct snapshot s = { addr, d, NULL, SHEAF_DEBUG_STATE_NOTAVAILABLE };
+	dobj_report("assert_init", &s, caller);
+	dobj_fixup(d->fixup_assert_init, addr, s.state);
+}
+
+SHEAF_API enum sheaf_debug_state sheaf_debug_object_state(const void *addr)
+{
+	if (!dobj_tracker_ready() || !addr)
+		return SHEAF_DEBUG_STATE_NONE;
+	struct bucket *b = dobj_bucket_of(addr);
+	bucket_lock(b);
+	struct dobj *o = dobj_lookup_locked(b, addr);
+	enum sheaf_debug_state s = o ? (enum sheaf_debug_state)o->state : SHEAF_DEBUG_STATE_NONE;
+	bucket_unlock(b);
+	return s;
+}
+
+/* Walk one bucket for records in [lo, hi): report active ones, drop all. */
+/* Walk one bucket for records in [lo, hi): report each active one once and
+ * run its fix-up (without the lock), then drop every record there -- also one
+ * a fix-up left active: the memory is going away. */
+#define CHECK_REPORTED_MAX 16
+
+static bool was_reported(const uintptr_t *r, int n, uintptr_t a)
+{
+	for (int i = 0; i < n; i++)
+		if (r[i] == a)
+			return true;
+	return false;
+}
+
+static void check_bucket(struct bucket *b, uintptr_t lo, uintptr_t hi, const void *caller)
+{
+	struct dobj *dead = NULL;
+	uintptr_t reported[CHECK_REPORTED_MAX];
+	int nrep = 0;
+again:
+	bucket_lock(b);
+	for (struct dobj **pp = &b->head; *pp;) {
+		struct dobj *o = *pp;
+		uintptr_t a = (uintptr_t)o->addr;
+		if (a < lo || a >= hi) {
+			pp = &o->next;
+			continue;
+		}
+		if (o->state == SHEAF_DEBUG_STATE_ACTIVE && nrep < CHECK_REPORTED_MAX &&
+		    !was_reported(reported, nrep, a)) {
+			struct snapshot s;
+			dobj_snap(&s, o);
+			bucket_unlock(b);
+			reported[nrep++] = a;
+			/* The program's frame is a few above the core's free path
+			 * (@caller); backtrace() was primed at init. */
+			void *bt[12];
+			int nbt = backtrace(bt, 12), from = 0;
+			for (int i = 0; i < nbt; i++)
+				if (bt[i] == caller) {
+					from = i + 1;
+					break;
+				}
+			dobj_report_bt("free", &s, caller, bt + from, SHEAF_MIN(nbt - from, 5));
+			/* The fix-up usually deactivates and frees the object; the
+			 * bucket may have changed meanwhile: walk it again. */
+			if (s.descr)
+				dobj_fixup(s.descr->fixup_free, (void *)a, s.state);
+			goto again;
+		}
+		*pp = o->next;
+		o->next = dead;
+		dead = o;
+	}
+	bucket_unlock(b);
+	while (dead) {
+		struct dobj *next = dead->next;
+		dobj_rec_free(dead);
+		dead = next;
+	}
+}
+
+void dobj_check_free(const void *addr, size_t size, const void *caller)
+{
+	if (!size)
+		return;
+	uintptr_t lo = (uintptr_t)addr, hi = lo + size;
+	if (hi < lo)
+		hi = UINTPTR_MAX;
+	uintptr_t c0 = lo >> CHUNK_SHIFT, c1 = (hi - 1) >> CHUNK_SHIFT;
+	if (c1 - c0 >= HASH_SIZE) {
+		/* A huge range: walking every bucket once is cheaper. */
+		for (unsigned int i = 0; i < HASH_SIZE; i++)
+			check_bucket(&dobj_buckets[i], lo, hi, caller);
+	} else {
+		for (uintptr_t c = c0; c <= c1; c++)
+			check_bucket(dobj_bucket_of((const void *)(c << CHUNK_SHIFT)), lo, hi, caller);
+	}
+	dobj_housekeeping();
+}
+
+void sheaf_debug_objects_check_free(const void *addr, size_t size)
+{
+	/* Our own record frees come through the core's hook too. */
+	if (dobj_in_tracker)
+		return;
+	/* The interesting call site is the program's free, two frames up
+	 * (core free -> hook); frame addresses beyond the immediate caller
+	 * are unreliable without frame pointers, so report the hook's caller. */
+	dobj_check_free(addr, size, CALLER());
+}
+
+SHEAF_API void sheaf_debug_check_no_obj_freed(const void *addr, size_t size)
+{
+	if (!__atomic_load_n(&dobj_tracking, __ATOMIC_ACQUIRE) || dobj_in_tracker)
+		return;
+	dobj_check_free(addr, size, CALLER());
+}
