@@ -83,6 +83,15 @@ static sheaf_noinline void *alloc_thread_noinline(struct sheaf_cache *c, const v
 }
 #endif
 
+/* sheaf_cache_alloc without its restartable attempt, for a caller whose own inline
+ * attempt just failed (the malloc front end, malloc/malloc.h): where it failed
+ * because the thread has no rseq CPU (per-thread mode, Valgrind), a second attempt
+ * would fail the same way (issue 17: a malloc+free pair there made four). */
+void *sheaf_cache_alloc_thread(struct sheaf_cache *c)
+{
+	return alloc_thread(c, __builtin_return_address(0));
+}
+
 SHEAF_API void *sheaf_cache_alloc(struct sheaf_cache *c)
 {
 #if SHEAF_HAVE_RSEQ

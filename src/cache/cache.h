@@ -80,6 +80,9 @@ static inline int sheaf_ensure_init(void)
 struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, const struct sheaf_cache_args *args,
 						bool meta);
 uint32_t sheaf_cache_default_capacity(const struct sheaf_cache *c);
+/* sheaf_cache_alloc without its restartable attempt, for the malloc front end, whose
+ * inline attempt just failed (cache.c). */
+void *sheaf_cache_alloc_thread(struct sheaf_cache *c);
 struct sheaf_cache *sheaf_cache_create_class(const char *name, size_t size, const struct sheaf_cache_args *args);
 
 void sheaf_cache_free_slowpath(struct sheaf_cache *c, void *obj, struct sheaf_pcs *pcs);

@@ -102,7 +102,9 @@ static inline void *sheaf_malloc_inline(size_t n)
 			}
 		}
 #endif
-		return sheaf_cache_alloc(c);
+		/* The per-thread path and the slow path; ASan and Valgrind builds (track.h)
+		 * take sheaf_cache_alloc, which tracks the object its own pop returns. */
+		return SHEAF_TRACK_ENABLED ? sheaf_cache_alloc(c) : sheaf_cache_alloc_thread(c);
 	}
 	return sheaf_malloc_slow(n);
 }
