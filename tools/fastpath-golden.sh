@@ -19,11 +19,14 @@
 # store, commit, ret.  Abort handlers (.text.unlikely) and slow paths are not counted.
 #
 # The free path also makes the checks of README "Errors" (src/slab/freecheck.h): a NULL
-# cache test (2), the object-start test (mask, reciprocal multiply, multiply back, compare:
-# 10 with the flag test), and inside the sequence the free mark (load the key, compare, branch,
-# store: 4); the allocation tests for a NULL cache and clears the mark (5).  That took free
-# from 20 to 36 and alloc from 12 to 18; SHEAF_FREE_CHECKS=0 runs the same code without the
-# mark and the object-start test (bench contender sheaf-nochecks, docs/benchmarks.md).
+# cache test (2), the cache's kind of mark (3), the object-start test, and inside the
+# sequence the free mark (load the key, compare, branch, store: 4); the allocation tests for
+# a NULL cache and clears the mark (5).  The path counted is the common case, a slot size
+# that is a power of two, whose object-start test is one `and` with the slot mask (3 with
+# its branch): free 20 -> 32, alloc 12 -> 18.  Other slot sizes take the reciprocal multiply
+# instead (mask, multiply, shift, multiply back, compare: 8, and one more flag test): about
+# 38.  SHEAF_FREE_CHECKS=0 runs the same code without the mark and the object-start test
+# (bench contender sheaf-nochecks, docs/benchmarks.md).
 #
 # Fails when a count exceeds 45, when any counted instruction carries a `lock` prefix
 # (or is xchg with memory, implicitly locked), or when a count differs from the golden

@@ -212,6 +212,15 @@ SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj)
 	 * tests and writes the free mark, and pushes.  Everything else is slow. */
 	if (sheaf_unlikely(!c))
 		goto slow;
+	/* A power-of-two slot: an object start is a multiple of it (one test); another
+	 * slot size: the reciprocal multiply (slab/freecheck.h). */
+	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1_P2) && !SHEAF_TRACK_ENABLED) {
+		if (sheaf_unlikely((uintptr_t)obj & c->start_mask))
+			goto slow;
+		if (sheaf_likely(sheaf_cpu_push_mark(c, obj)))
+			return;
+		goto slow;
+	}
 	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1) && !SHEAF_TRACK_ENABLED) {
 		if (sheaf_unlikely(!sheaf_obj_is_start(c, obj)))
 			goto slow;

@@ -158,6 +158,7 @@ static int compute_layout(struct sheaf_cache *c, size_t size, const struct sheaf
 	c->objs_per_slab = (uint32_t)SHEAF_MIN((SHEAF_PAGE_SIZE << c->order) / c->slot_size, SHEAF_MAX_OBJS);
 	c->slot_recip = (uint32_t)(((1ull << 32) + c->slot_size - 1) / c->slot_size);
 	c->slab_mask = (SHEAF_PAGE_SIZE << c->order) - 1;
+	c->start_mask = (c->slot_size & (c->slot_size - 1)) == 0 && c->obj_offset == 0 ? c->slot_size - 1 : 0;
 	/* The object-start test (freecheck.h) takes every multiple of the slot size in the
 	 * slab for an object: no whole slot may fit in the slab's tail. */
 	sheaf_assert(c->slot_size * (c->objs_per_slab + 1ull) > (SHEAF_PAGE_SIZE << c->order));
@@ -306,7 +307,10 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 		errno = -r;
 		return NULL;
 	}
-	c->free_mark = !mark ? SHEAF_MARK_NONE : c->mark_offset == 8 ? SHEAF_MARK_WORD1 : SHEAF_MARK_AT;
+	c->free_mark = !mark		    ? SHEAF_MARK_NONE
+		       : c->mark_offset != 8 ? SHEAF_MARK_AT
+		       : c->start_mask	    ? SHEAF_MARK_WORD1_P2
+					    : SHEAF_MARK_WORD1;
 	uint32_t cap = 0;
 	if (!meta && !c->debug_flags && !(c->flags & SHEAF_NO_SHEAVES)) {
 		if (args && args->sheaf_capacity) {

@@ -136,8 +136,9 @@ static inline void sheaf_free_inline(void *p)
 				/* p lies in a slab of a class cache: the object-start test
 				 * and the free mark (slab/freecheck.h), as in sheaf_cache_free;
 				 * the sequence tests and writes the mark (fastpath.h). */
-				if (sheaf_likely(fc != NULL) && sheaf_likely(fc->free_mark == SHEAF_MARK_WORD1)) {
-					if (sheaf_unlikely(!sheaf_obj_is_start(fc, p)))
+				if (sheaf_likely(fc != NULL) && sheaf_likely(fc->free_mark >= SHEAF_MARK_WORD1)) {
+					if (fc->free_mark == SHEAF_MARK_WORD1_P2 ? ((uintptr_t)p & fc->start_mask) != 0
+										  : !sheaf_obj_is_start(fc, p))
 						goto slow_free;
 					if (sheaf_likely(sheaf_cpu_push_key_mark(fc, p, k)))
 						return;

@@ -10,6 +10,8 @@
  * ceil(2^32 / slot_size), shifted down by 32 (the kernel's obj_to_index with
  * reciprocal_value(), docs/kernel.md), exact for every offset below 2^20 and slot
  * sizes up to 1 MiB; the pointer is an object start iff index * slot_size == offset.
+ * When the slot size is a power of two the fast paths test p & start_mask (slot - 1)
+ * instead: the same answer, since the slab's size is a multiple of the slot's.
  * Debug caches (obj_offset != 0) never take these paths: they check on their slab path.
  *
  * Free mark (glibc's tcache key): a free writes one per-process random word,
@@ -31,9 +33,11 @@
 
 /* sheaf_cache.free_mark: no mark; the mark in the second word (mark_offset 8: every
  * plain cache, which lets the fast paths use a constant offset); elsewhere. */
-#define SHEAF_MARK_NONE  0
-#define SHEAF_MARK_WORD1 1
-#define SHEAF_MARK_AT    2
+#define SHEAF_MARK_NONE     0
+#define SHEAF_MARK_AT       1
+#define SHEAF_MARK_WORD1    2
+#define SHEAF_MARK_WORD1_P2 3 /* the same, and the slot size is a power of two: an object
+				 start is any multiple of it (sheaf_cache.start_mask) */
 
 /* The per-process key (never 0); set once at initialisation. */
 extern uint64_t sheaf_free_key sheaf_hidden; /* hidden: one RIP-relative load on the fast paths */
@@ -54,7 +58,7 @@ static inline uint64_t *sheaf_mark_word(const struct sheaf_cache *c, const void 
 /* The fast paths' form: the constant offset for the usual case. */
 static inline uint64_t *sheaf_mark_word_fast(const struct sheaf_cache *c, const void *p)
 {
-	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1))
+	if (sheaf_likely(c->free_mark >= SHEAF_MARK_WORD1))
 		return (uint64_t *)((uintptr_t)p + 8);
 	return sheaf_mark_word(c, p);
 }
@@ -62,7 +66,7 @@ static inline uint64_t *sheaf_mark_word_fast(const struct sheaf_cache *c, const 
 /* An allocation: the object is no longer free. */
 static inline void sheaf_mark_clear(const struct sheaf_cache *c, void *p)
 {
-	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1))
+	if (sheaf_likely(c->free_mark >= SHEAF_MARK_WORD1))
 		*(uint64_t *)((uintptr_t)p + 8) = 0;
 	else if (c->free_mark)
 		*sheaf_mark_word(c, p) = 0;

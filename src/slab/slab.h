@@ -76,6 +76,8 @@ struct sheaf_cache {
 					TYPESAFE_BY_RCU: their free objects keep their bytes) */
 	uint32_t slot_recip;         /* ceil(2^32 / slot_size): slot index by a multiply */
 	uintptr_t slab_mask;         /* slab bytes - 1 (slabs are aligned to their size) */
+	uintptr_t start_mask;        /* slot bytes - 1 when that is a power of two, else 0:
+					then an object start is p & start_mask == 0 */
 	size_t slot_size;            /* stride between slots */
 	uint32_t id;                 /* index into per-thread tables */
 	uint32_t flags;              /* SHEAF_* cache flags */

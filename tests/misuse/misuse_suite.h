@@ -135,8 +135,27 @@ static void do_interior_rcu(void *p)
 	sheaf_cache_rcu_barrier(ms_a);
 }
 
+/* A slot size that is not a power of two (48): the reciprocal test, where p + 16 is a
+ * multiple of 16 but no object start. */
+static struct sheaf_cache *ms_48;
+static void do_interior_48(void *p) { sheaf_cache_free(ms_48, p); }
+static void do_df_48(void *p)
+{
+	sheaf_cache_free(ms_48, p);
+	sheaf_cache_free(ms_48, p);
+}
+
 static void test_interior(void)
 {
+	struct sheaf_cache_args a48 = { .flags = MS_FLAVOR == MS_TYPESAFE ? SHEAF_TYPESAFE_BY_RCU : 0,
+					.ctor = MS_FLAVOR == MS_CTOR ? ms_ctor : NULL };
+	ms_48 = sheaf_cache_create("ms-48", 48, &a48);
+	REQUIRE(ms_48);
+	char *q = ms_alloc(ms_48);
+	ms_expect("free(p + 16), 48-byte slots", do_interior_48, q + 16, "interior pointer", "ms-48", q + 16);
+	ms_expect("free(p + 8), 48-byte slots", do_interior_48, q + 8, "interior pointer", "ms-48", q + 8);
+	ms_expect("free p twice, 48-byte slots", do_df_48, q, "double free", "ms-48", q);
+	sheaf_cache_free(ms_48, q);
 	void *p = ms_alloc(ms_a);
 	ms_expect("free(p + 8)", do_interior_free, p, "interior pointer", "ms-a", (char *)p + 8);
 	ms_expect("free(p + size - 1)", do_interior_free_last_byte, p, "interior pointer", "ms-a",

@@ -56,6 +56,12 @@ static void test_interior(void)
 	expect("free_sized(p + 8)", do_free_sized_interior, p, "interior pointer", cn, p + 8);
 	expect("malloc_usable_size(p + 8)", do_usable_interior, p, "interior pointer", cn, p + 8);
 	sheaf_free(p);
+	/* A class whose size is not a power of two: p + 16 is 16-aligned but no start. */
+	char *q = sheaf_malloc(48);
+	REQUIRE(q);
+	const char *cq = sheaf_cache_name(sheaf_cache_of(q));
+	expect("free(p + 16), 48-byte class", do_free_interior, q + 8, "interior pointer", cq, q + 16);
+	sheaf_free(q);
 }
 
 static void *other;
