@@ -205,75 +205,11 @@ static sheaf_noinline void free_thread_noinline(struct sheaf_cache *c, void *obj
 SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj)
 {
 #if SHEAF_HAVE_RSEQ
-	/* Per-CPU fast path (rseq.h): @obj must be an object start (slab/freecheck.h, pure
-	 * arithmetic), then a restartable sequence looks its page-map key up, compares it
-	 * with the current CPU's main ("this cache, this node, not the sentinel": a
-	 * foreign pointer, a destroyed cache or an installed free-check hook go slow),
-	 * tests and writes the free mark, and pushes.  Everything else is slow. */
-	if (sheaf_unlikely(!c))
-		goto slow;
-	/* A power-of-two slot: an object start is a multiple of it (one test); another
-	 * slot size: the reciprocal multiply (slab/freecheck.h). */
-	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1_P2) && !SHEAF_TRACK_ENABLED) {
-		if (sheaf_unlikely((uintptr_t)obj & c->start_mask))
-			goto slow;
-		if (sheaf_likely(sheaf_cpu_push_mark(c, obj)))
-			return;
-		goto slow;
-	}
-	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1) && !SHEAF_TRACK_ENABLED) {
-		if (sheaf_unlikely(!sheaf_obj_is_start(c, obj)))
-			goto slow;
-		if (sheaf_likely(sheaf_cpu_push_mark(c, obj)))
-			return;
-		goto slow;
-	}
-	/* The other cases look the key up first and check that it names a node of @c,
-	 * so that the mark, where there is one, is safe to read before the sequence. */
-	uintptr_t off = (uintptr_t)obj - (uintptr_t)sheaf_heap.base;
-	if (sheaf_unlikely(off >= __atomic_load_n(&sheaf_page_fast_limit, __ATOMIC_RELAXED)))
-		goto slow;
-	uintptr_t key = __atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED);
-	if (sheaf_unlikely(!key || ((struct sheaf_node *)key)->cache != c))
-		goto slow;
-	if (SHEAF_TRACK_ENABLED) {
-		/* Valgrind/ASan builds: mark the object free before it can enter a sheaf,
-		 * and undo it if the sequence fails (the slow path marks it again). */
-		if (sheaf_reg.mode != SHEAF_MODE_PERCPU || !sheaf_track_cache(c) || c->free_mark ||
-		    (c->free_checks && !sheaf_obj_is_start(c, obj)))
-			goto slow;
-		if (sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
-			sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
-			return;
-		}
-		if (sheaf_likely(sheaf_cpu_push_key(c, obj, key)))
-			return;
-		/* The contents stay as they were: defined (the slow path reads sheaf
-		 * metadata objects, and the hook reads the object). */
-		if (sheaf_track_asan_ok(c))
-			sheaf_track_asan_unpoison(obj, c->object_size);
-		sheaf_track_vg_malloc(obj, c->object_size, 1);
-		goto slow;
-	}
-	if (c->free_mark) {
-		/* A constructor or TYPESAFE_BY_RCU cache: the mark past the object. */
-		if (sheaf_unlikely(!sheaf_obj_is_start(c, obj)))
-			goto slow;
-		uint64_t *mk = sheaf_mark_word(c, obj);
-		uint64_t old = *mk;
-		if (sheaf_unlikely(old == sheaf_free_key))
-			goto slow;
-		*mk = sheaf_free_key;
-		if (sheaf_likely(sheaf_cpu_push_key(c, obj, key)))
-			return;
-		*mk = old;
-		goto slow;
-	}
-	if (c->free_checks && sheaf_unlikely(!sheaf_obj_is_start(c, obj)))
-		goto slow;
-	if (sheaf_likely(sheaf_cpu_push_key(c, obj, key)))
+	/* Per-CPU fast path (fastpath.h, sheaf_cpu_free): the checks of every free, then a
+	 * restartable sequence that pushes onto the current CPU's main.  A NULL cache, a
+	 * foreign pointer, a destroyed cache or an installed free-check hook go slow. */
+	if (sheaf_likely(c != NULL) && sheaf_likely(sheaf_cpu_free(c, obj)))
 		return;
-slow:
 	free_thread_noinline(c, obj);
 #else
 	free_thread(c, obj);

@@ -120,6 +120,84 @@ miss:
 	return false;
 }
 
+/* The page-map key of @obj if @obj lies in a slab of @c, else 0: what makes the
+ * object's bytes safe to read before the sequence. */
+sheaf_fast_inline uintptr_t sheaf_cpu_key_of(struct sheaf_cache *c, const void *obj)
+{
+	uintptr_t off = (uintptr_t)obj - (uintptr_t)sheaf_heap.base;
+	if (sheaf_unlikely(off >= __atomic_load_n(&sheaf_page_fast_limit, __ATOMIC_RELAXED)))
+		return 0;
+	uintptr_t key = __atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED);
+	if (sheaf_unlikely(!key || ((struct sheaf_node *)key)->cache != c))
+		return 0;
+	return key;
+}
+
+/* Valgrind/ASan builds (SHEAF_TRACK_ENABLED): mark the object free for the tool before
+ * it can enter a sheaf, and undo that if the sequence fails (the slow path marks it
+ * again).  True when done (pushed, or a double free the tool saw, reported). */
+sheaf_fast_inline bool sheaf_cpu_free_tracked(struct sheaf_cache *c, void *obj, uintptr_t key)
+{
+	if (sheaf_reg.mode != SHEAF_MODE_PERCPU || !sheaf_track_cache(c) || c->free_mark ||
+	    (c->free_checks && !sheaf_obj_is_start(c, obj)))
+		return false;
+	if (sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
+		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
+		return true;
+	}
+	if (sheaf_likely(sheaf_cpu_push_key(c, obj, key)))
+		return true;
+	/* The contents stay as they were: defined (the slow path reads sheaf metadata
+	 * objects, and the hook reads the object). */
+	if (sheaf_track_asan_ok(c))
+		sheaf_track_asan_unpoison(obj, c->object_size);
+	sheaf_track_vg_malloc(obj, c->object_size, 1);
+	return false;
+}
+
+/* A constructor or TYPESAFE_BY_RCU cache: the free mark past the object, written
+ * before the sequence and put back if it fails. */
+sheaf_fast_inline bool sheaf_cpu_free_mark_at(struct sheaf_cache *c, void *obj, uintptr_t key)
+{
+	if (sheaf_unlikely(!sheaf_obj_is_start(c, obj)))
+		return false;
+	uint64_t *mk = sheaf_mark_word(c, obj);
+	uint64_t old = *mk;
+	if (sheaf_unlikely(old == sheaf_free_key))
+		return false;
+	*mk = sheaf_free_key;
+	if (sheaf_likely(sheaf_cpu_push_key(c, obj, key)))
+		return true;
+	*mk = old;
+	return false;
+}
+
+/* Free @obj onto the calling CPU's main of @c (non-NULL) after the checks of every
+ * free (slab/freecheck.h): the object start, then the free mark.  The usual case, a
+ * plain cache (SHEAF_MARK_WORD1), is pure arithmetic and one sequence that looks the
+ * key up, compares it with the main's ("this cache, this node, not the sentinel"),
+ * tests and writes the mark and pushes; the other cases look the key up first, so
+ * that the mark is safe to read. */
+sheaf_fast_inline bool sheaf_cpu_free(struct sheaf_cache *c, void *obj)
+{
+	/* A power-of-two slot: an object start is a multiple of it (one test); another
+	 * slot size: the reciprocal multiply (slab/freecheck.h). */
+	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1_P2) && !SHEAF_TRACK_ENABLED)
+		return sheaf_likely(!((uintptr_t)obj & c->start_mask)) && sheaf_cpu_push_mark(c, obj);
+	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1) && !SHEAF_TRACK_ENABLED)
+		return sheaf_likely(sheaf_obj_is_start(c, obj)) && sheaf_cpu_push_mark(c, obj);
+	uintptr_t key = sheaf_cpu_key_of(c, obj);
+	if (sheaf_unlikely(!key))
+		return false;
+	if (SHEAF_TRACK_ENABLED)
+		return sheaf_cpu_free_tracked(c, obj, key);
+	if (c->free_mark)
+		return sheaf_cpu_free_mark_at(c, obj, key);
+	if (c->free_checks && sheaf_unlikely(!sheaf_obj_is_start(c, obj)))
+		return false;
+	return sheaf_cpu_push_key(c, obj, key);
+}
+
 /* ---- The calling thread's main sheaf, per-thread mode -------------------------------- */
 
 /* Pop into *@obj from the calling thread's main of @c (non-NULL).  The pop is counted
