@@ -152,28 +152,33 @@ static struct dobj *backing_alloc_batch(void)
 	return objs[0];
 }
 
+/* Single mode: every thread that sees a low level refills, one record at a time: the
+ * behaviour the batched pool is measured against. */
+static void fill_pool_single(void)
+{
+	while (__atomic_load_n(&dobj_pool.global.cnt, __ATOMIC_RELAXED) < POOL_MIN) {
+		dobj_in_tracker++;
+		struct dobj *o = sheaf_cache_alloc(dobj_backing);
+		dobj_in_tracker--;
+		if (!o)
+			return;
+		ADD(cache_allocs, 1);
+		ADD(refills, 1);
+		pthread_mutex_lock(&dobj_pool.lock);
+		o->next = dobj_pool.global.head;
+		dobj_pool.global.head = o;
+		cnt_set(&dobj_pool.global.cnt, dobj_pool.global.cnt + 1);
+		pthread_mutex_unlock(&dobj_pool.lock);
+	}
+}
+
 /* Make sure the pools can serve a record without the backing cache; called
  * with no lock held. */
 void dobj_fill_pool(void)
 {
 	struct pcpool *p = &dobj_tl_pool;
 	if (dobj_pool_mode == SHEAF_DEBUG_POOL_SINGLE) {
-		/* Every thread that sees a low level refills, one record at a
-		 * time: the behaviour the batched pool is measured against. */
-		while (__atomic_load_n(&dobj_pool.global.cnt, __ATOMIC_RELAXED) < POOL_MIN) {
-			dobj_in_tracker++;
-			struct dobj *o = sheaf_cache_alloc(dobj_backing);
-			dobj_in_tracker--;
-			if (!o)
-				return;
-			ADD(cache_allocs, 1);
-			ADD(refills, 1);
-			pthread_mutex_lock(&dobj_pool.lock);
-			o->next = dobj_pool.global.head;
-			dobj_pool.global.head = o;
-			cnt_set(&dobj_pool.global.cnt, dobj_pool.global.cnt + 1);
-			pthread_mutex_unlock(&dobj_pool.lock);
-		}
+		fill_pool_single();
 		return;
 	}
 

@@ -491,6 +491,31 @@ static void *xc_take(size_t need, size_t align, size_t *got, bool *grow)
 	return found;
 }
 
+/* Merge the freed extent @x of *@len bytes with the cached extents right after and
+ * right before it while the result stays cacheable; returns the merged extent's start
+ * and updates *@len.  Neighbours may lie in other mappings (the kernel places mappings
+ * next to each other): munmap works across them, and mremap, which does not, falls
+ * back (see malloc_large_alloc and malloc_extent_resize). */
+static struct xc_node *xc_merge_locked(struct xc_node *x, size_t *len)
+{
+	struct xc_key *k = xc_tab_find_locked(((uintptr_t)x + *len));
+	if (k && *len + k->node->len <= SHEAF_MALLOC_EXTENT_CACHE_ONE) {
+		struct xc_node *next = k->node;
+		xc_unlink_locked(next);
+		*len += next->len;
+		CTR_INC(extent_merges);
+	}
+	k = xc_tab_find_locked((uintptr_t)x | 1u);
+	if (k && *len + k->node->len <= SHEAF_MALLOC_EXTENT_CACHE_ONE) {
+		struct xc_node *prev = k->node;
+		xc_unlink_locked(prev);
+		*len += prev->len;
+		x = prev;
+		CTR_INC(extent_merges);
+	}
+	return x;
+}
+
 /* Keep a freed extent for reuse, merged with the cached extents right
  * before and after it (a split extent becomes whole again when its head
  * comes back), giving back the oldest ones (or any idle for the delay) to
@@ -514,25 +539,7 @@ void malloc_extent_put(void *p, size_t len)
 		CTR_INC(extent_unmaps);
 		return;
 	}
-	/* Merge while the result stays cacheable.  Neighbours may lie in other
-	 * mappings (the kernel places mappings next to each other): munmap
-	 * works across them, and mremap, which does not, falls back (see
-	 * large_alloc and extent_resize). */
-	struct xc_key *k = xc_tab_find_locked(((uintptr_t)x + len));
-	if (k && len + k->node->len <= SHEAF_MALLOC_EXTENT_CACHE_ONE) {
-		struct xc_node *next = k->node;
-		xc_unlink_locked(next);
-		len += next->len;
-		CTR_INC(extent_merges);
-	}
-	k = xc_tab_find_locked((uintptr_t)x | 1u);
-	if (k && len + k->node->len <= SHEAF_MALLOC_EXTENT_CACHE_ONE) {
-		struct xc_node *prev = k->node;
-		xc_unlink_locked(prev);
-		len += prev->len;
-		x = prev;
-		CTR_INC(extent_merges);
-	}
+	x = xc_merge_locked(x, &len);
 	x->len = len;
 	x->freed_ns = now;
 	struct xc_node *victims = xc_evict_locked(now, len, false);

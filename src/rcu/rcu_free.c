@@ -533,18 +533,18 @@ static struct sheaf_sheaf *rcu_sheaf_get(struct sheaf_cache *c, struct sheaf_pcs
 	return sheaf_sheaf_new(c, cap);
 }
 
-SHEAF_API void sheaf_cache_free_rcu(struct sheaf_cache *c, void *obj)
+/* The checks free_rcu makes before it takes the object: a caller error is reported
+ * and false returned (nothing is taken). */
+static bool free_rcu_checks(struct sheaf_cache *c, void *obj)
 {
-	if (!obj)
-		return;
 	if (!sheaf_cache_check(c) || !sheaf_slab_check_obj(c, obj, "free_rcu"))
-		return; /* reported (interior, foreign, wrong cache, bad handle) */
+		return false; /* reported (interior, foreign, wrong cache, bad handle) */
 	if (SHEAF_TRACK_ASAN && sheaf_track_cache(c) && sheaf_track_asan_ok(c) &&
 	    sheaf_track_is_poisoned(obj)) {
 		/* Already free (ASan builds know it): a double free, caught before the grace
 		 * period so the report names the caller. */
 		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "free_rcu of an object already free");
-		return;
+		return false;
 	}
 	if (c->free_mark) {
 		/* Already free (its mark, confirmed): a free then a free_rcu, or, where the
@@ -552,21 +552,17 @@ SHEAF_API void sheaf_cache_free_rcu(struct sheaf_cache *c, void *obj)
 		 * mark the object now: a plain cache's readers may still read every byte
 		 * of it until the grace period ends, when objs_prepare marks it. */
 		if (!sheaf_free_mark_check(c, obj))
-			return;
+			return false;
 		if (!mark_in_object(c))
 			*sheaf_mark_word(c, obj) = sheaf_free_key;
 	}
-	const struct rcu_ops *ops = rcu_use();
-	atomic_fetch_add(&c->rcu_inflight_objects, 1);
-	struct rcu_state *st = c->rcu_priv;
-	uint32_t cap = atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed);
-	struct sheaf_pcs *pcs = (st && cap) ? sheaf_pcs_lock(c) : NULL;
-	if (!pcs) {
-		sheaf_stat_atomic(c, SHEAF_STAT_FREE_RCU_SHEAF_FAIL, 1);
-		fallback_add(c, ops, obj);
-		return;
-	}
-	pthread_mutex_lock(&pcs->rcu_lock);
+	return true;
+}
+
+/* The pcs's rcu_free sheaf, taken or made now (pcs and its rcu_lock held); NULL when
+ * none can be had. */
+static struct sheaf_sheaf *free_rcu_sheaf(struct sheaf_cache *c, struct sheaf_pcs *pcs, uint32_t cap)
+{
 	struct sheaf_sheaf *s = pcs->rcu_free;
 	if (!s) {
 		s = rcu_sheaf_get(c, pcs, cap);
@@ -576,9 +572,28 @@ SHEAF_API void sheaf_cache_free_rcu(struct sheaf_cache *c, void *obj)
 			pcs->rcu_free = s;
 		}
 	}
+	return s;
+}
+
+SHEAF_API void sheaf_cache_free_rcu(struct sheaf_cache *c, void *obj)
+{
+	if (!obj || !free_rcu_checks(c, obj))
+		return;
+	const struct rcu_ops *ops = rcu_use();
+	atomic_fetch_add(&c->rcu_inflight_objects, 1);
+	struct rcu_state *st = c->rcu_priv;
+	uint32_t cap = atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed);
+	struct sheaf_pcs *pcs = (st && cap) ? sheaf_pcs_lock(c) : NULL;
+	struct sheaf_sheaf *s = NULL;
+	if (pcs) {
+		pthread_mutex_lock(&pcs->rcu_lock);
+		s = free_rcu_sheaf(c, pcs, cap);
+		if (!s) {
+			pthread_mutex_unlock(&pcs->rcu_lock);
+			sheaf_pcs_unlock(c, pcs);
+		}
+	}
 	if (!s) {
-		pthread_mutex_unlock(&pcs->rcu_lock);
-		sheaf_pcs_unlock(c, pcs);
 		sheaf_stat_atomic(c, SHEAF_STAT_FREE_RCU_SHEAF_FAIL, 1);
 		fallback_add(c, ops, obj);
 		return;
