@@ -222,6 +222,58 @@ bool sheaf_pcs_swap_or_barn(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 	return replace_empty(c, pcs, false);
 }
 
+/* Step 2 of replace-empty: the empty main (and an empty spare of the same capacity)
+ * given to the barn for full sheaves, in one visit; returns the full sheaf for main, or
+ * NULL (the barn had none).  Two full sheaves come back when the spare was given too:
+ * the next miss is then a swap, and a producer CPU pays one barn lock per
+ * 2 x capacity objects (issue 3 point 3). */
+static struct sheaf_sheaf *barn_full_for_main(struct sheaf_cache *c, struct sheaf_pcs *pcs, struct sheaf_barn *b)
+{
+	struct sheaf_sheaf *m = pcs->main, *full = NULL;
+	if (is_sentinel(m) || m->capacity != cur_capacity(c)) {
+		full = sheaf_barn_get_full(b, 1);
+		if (full)
+			retire_empty(c, b, m);
+		return full;
+	}
+	struct sheaf_sheaf *give[2] = { m, NULL }, *got[2] = { NULL, NULL };
+	unsigned ng = 1;
+	if (pcs->spare && pcs->spare->size == 0 && pcs->spare->capacity == m->capacity)
+		give[ng++] = pcs->spare;
+	unsigned n = sheaf_barn_swap_empties(b, give, ng, got, 2);
+	if (!n)
+		return NULL;
+	full = got[0];
+	if (ng == 2)
+		pcs->spare = NULL;
+	if (n == 2) {
+		if (pcs->spare) {
+			/* spare was NULL-or-given; keep the second full one */
+			sheaf_barn_put_full(b, got[1]);
+		} else {
+			pcs->spare = got[1];
+		}
+	}
+	return full;
+}
+
+/* Step 3 of replace-empty: refill main from slabs (D4: always allowed; the caller can
+ * spin), first replacing a sentinel or stale-capacity main by an empty sheaf. */
+static bool refill_main(struct sheaf_cache *c, struct sheaf_pcs *pcs, struct sheaf_barn *b)
+{
+	struct sheaf_sheaf *m = pcs->main;
+	if (is_sentinel(m) || m->capacity != cur_capacity(c)) {
+		struct sheaf_sheaf *e = get_empty(c, b);
+		if (!e)
+			return false;
+		if (!is_sentinel(m))
+			sheaf_sheaf_free(c, m);
+		install_main(pcs, e);
+		m = e;
+	}
+	return sheaf_sheaf_refill(c, sheaf_pcs_mem_node(c, pcs), m, pcs->stat) > 0;
+}
+
 static bool replace_empty(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool refill)
 {
 	struct sheaf_sheaf *m = pcs->main;
@@ -237,35 +289,7 @@ static bool replace_empty(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool ref
 	}
 	/* 2. Exchange the empty main for a full sheaf of the barn. */
 	if (b->enabled) {
-		struct sheaf_sheaf *full = NULL;
-		if (is_sentinel(m) || m->capacity != cur_capacity(c)) {
-			full = sheaf_barn_get_full(b, 1);
-			if (full) {
-				retire_empty(c, b, m);
-			}
-		} else {
-			/* Take two full sheaves in one barn visit when the spare is empty too:
-			 * the next miss is then a swap, and a producer CPU pays one barn lock
-			 * per 2 x capacity objects (issue 3 point 3). */
-			struct sheaf_sheaf *give[2] = { m, NULL }, *got[2] = { NULL, NULL };
-			unsigned ng = 1;
-			if (pcs->spare && pcs->spare->size == 0 && pcs->spare->capacity == m->capacity)
-				give[ng++] = pcs->spare;
-			unsigned n = sheaf_barn_swap_empties(b, give, ng, got, 2);
-			if (n) {
-				full = got[0];
-				if (ng == 2)
-					pcs->spare = NULL;
-				if (n == 2) {
-					if (pcs->spare) {
-						/* spare was NULL-or-given; keep the second full one */
-						sheaf_barn_put_full(b, got[1]);
-					} else {
-						pcs->spare = got[1];
-					}
-				}
-			}
-		}
+		struct sheaf_sheaf *full = barn_full_for_main(c, pcs, b);
 		if (full) {
 			install_main(pcs, full);
 			sheaf_stat_add(pcs, SHEAF_STAT_BARN_GET, 1);
@@ -278,22 +302,70 @@ static bool replace_empty(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool ref
 		 * every miss takes the single-object slab path (seed 001). */
 		return false;
 	}
-	if (!refill)
-		return false;
-	/* 3. Refill from slabs (D4: always allowed; the caller can spin). */
-	if (is_sentinel(m) || m->capacity != cur_capacity(c)) {
-		struct sheaf_sheaf *e = get_empty(c, b);
-		if (!e)
-			return false;
-		if (!is_sentinel(m))
-			sheaf_sheaf_free(c, m);
-		install_main(pcs, e);
-		m = e;
-	}
-	return sheaf_sheaf_refill(c, sheaf_pcs_mem_node(c, pcs), m, pcs->stat) > 0;
+	/* 3. Refill from slabs. */
+	return refill && refill_main(c, pcs, b);
 }
 
 /* ---- Main full (K§2.6) -------------------------------------------------------------- */
+
+/* Step 4 of replace-full, both main and spare full: both go to the barn in one visit
+ * and two empty sheaves come back (the consumer side of issue 3 point 3: one barn lock
+ * per 2 x capacity objects).  Returns 0 with *@e the empty sheaf for main (or NULL:
+ * none came back), or -E2BIG (the barn is over its limit) or -ENOENT (no barn). */
+static int both_full_to_barn(struct sheaf_cache *c, struct sheaf_pcs *pcs, struct sheaf_barn *b,
+			     struct sheaf_sheaf **e)
+{
+	struct sheaf_sheaf *m = pcs->main;
+	*e = NULL;
+	if (!b->enabled)
+		return -ENOENT;
+	struct sheaf_sheaf *give[2] = { m, pcs->spare }, *got[2] = { NULL, NULL };
+	unsigned put = 0;
+	unsigned ne = sheaf_barn_swap_fulls(b, give, pcs->spare->capacity == m->capacity ? 2 : 1, got, &put);
+	if (!put)
+		return -E2BIG;
+	sheaf_stat_add(pcs, SHEAF_STAT_BARN_PUT, put);
+	*e = ne ? got[0] : NULL;
+	if (put == 2) {
+		pcs->spare = ne == 2 ? got[1] : NULL;
+	} else if (ne == 2) {
+		sheaf_barn_put_empty(b, got[1]);
+	}
+	if (pcs->spare && pcs->spare->size == 0 && pcs->spare->capacity != cur_capacity(c)) {
+		sheaf_sheaf_free(c, pcs->spare);
+		pcs->spare = NULL;
+	}
+	return 0;
+}
+
+/* After step 4 put sheaves in the barn: install @e (of the current capacity, else a
+ * new one) as main.  Without memory for a sheaf, flush the full spare and use it as
+ * main, or, when the spare went to the barn too, leave the sentinel (false: the
+ * caller frees to slabs). */
+static bool install_after_put(struct sheaf_cache *c, struct sheaf_pcs *pcs, struct sheaf_barn *b,
+			      struct sheaf_sheaf *e)
+{
+	if (e && e->capacity != cur_capacity(c)) {
+		sheaf_sheaf_free(c, e);
+		e = NULL;
+	}
+	if (!e)
+		e = sheaf_sheaf_new(c, cur_capacity(c));
+	sheaf_barn_maybe_trim(c, b, pcs);
+	if (e) {
+		install_main(pcs, e);
+		return true;
+	}
+	if (!pcs->spare) {
+		pcs->main = &sheaf_sentinel_sheaf;
+		return false;
+	}
+	struct sheaf_sheaf *sp = pcs->spare;
+	pcs->spare = NULL;
+	sheaf_sheaf_flush(c, sp, pcs->stat);
+	install_main(pcs, sp);
+	return true;
+}
 
 bool sheaf_pcs_replace_full_main(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 {
@@ -313,8 +385,11 @@ bool sheaf_pcs_replace_full_main(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 	if (!pcs->spare) {
 		/* 2. No spare: main becomes the spare, an empty sheaf the main. */
 		struct sheaf_sheaf *e = get_empty(c, b);
-		if (!e)
-			goto flush_main;
+		if (!e) {
+			/* 6. Nothing at all: flush main to slabs (K§2.6 step 6). */
+			sheaf_sheaf_flush(c, m, pcs->stat);
+			return true;
+		}
 		pcs->spare = m;
 		install_main(pcs, e);
 		return true;
@@ -327,65 +402,16 @@ bool sheaf_pcs_replace_full_main(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 		sheaf_stat_add(pcs, SHEAF_STAT_SHEAF_SWAP, 1);
 		return true;
 	}
-	/* 4. Both full: both go to the barn in one visit, two empty sheaves come back (the
-	 * consumer side of issue 3 point 3: one barn lock per 2 x capacity objects). */
-	struct sheaf_sheaf *e = NULL;
-	int r = -ENOENT;
-	if (b->enabled) {
-		struct sheaf_sheaf *give[2] = { m, pcs->spare }, *got[2] = { NULL, NULL };
-		unsigned put = 0;
-		unsigned ne = sheaf_barn_swap_fulls(b, give, pcs->spare->capacity == m->capacity ? 2 : 1, got, &put);
-		r = put ? 0 : -E2BIG;
-		if (put) {
-			sheaf_stat_add(pcs, SHEAF_STAT_BARN_PUT, put);
-			e = ne ? got[0] : NULL;
-			if (put == 2) {
-				pcs->spare = ne == 2 ? got[1] : NULL;
-			} else if (ne == 2) {
-				sheaf_barn_put_empty(b, got[1]);
-			}
-			if (pcs->spare && pcs->spare->size == 0 && pcs->spare->capacity != cur_capacity(c)) {
-				sheaf_sheaf_free(c, pcs->spare);
-				pcs->spare = NULL;
-			}
-		}
-	}
-	if (r == 0) {
-		if (e && e->capacity != cur_capacity(c)) {
-			sheaf_sheaf_free(c, e);
-			e = NULL;
-		}
-		if (!e)
-			e = sheaf_sheaf_new(c, cur_capacity(c));
-		sheaf_barn_maybe_trim(c, b, pcs);
-		if (e) {
-			install_main(pcs, e);
-			return true;
-		}
-		if (!pcs->spare) {
-			/* Both went to the barn and no memory for a sheaf: free to slabs. */
-			pcs->main = &sheaf_sentinel_sheaf;
-			return false;
-		}
-		/* No memory for a sheaf: flush the full spare and use it as main. */
-		struct sheaf_sheaf *sp = pcs->spare;
-		pcs->spare = NULL;
-		sheaf_sheaf_flush(c, sp, pcs->stat);
-		install_main(pcs, sp);
-		return true;
-	}
+	/* 4. Both full: both to the barn, empty sheaves back. */
+	struct sheaf_sheaf *e;
+	if (both_full_to_barn(c, pcs, b, &e) == 0)
+		return install_after_put(c, pcs, b, e);
 	/* 5. Barn over its limit (or none): flush the full spare, reuse it (K§2.6 step 5). */
 	sheaf_stat_add(pcs, SHEAF_STAT_BARN_PUT_FAIL, 1);
-	{
-		struct sheaf_sheaf *sp = pcs->spare;
-		sheaf_sheaf_flush(c, sp, pcs->stat);
-		pcs->spare = m;
-		install_main(pcs, sp);
-		return true;
-	}
-flush_main:
-	/* 6. Nothing at all: flush main to slabs (K§2.6 step 6). */
-	sheaf_sheaf_flush(c, m, pcs->stat);
+	struct sheaf_sheaf *sp = pcs->spare;
+	sheaf_sheaf_flush(c, sp, pcs->stat);
+	pcs->spare = m;
+	install_main(pcs, sp);
 	return true;
 }
 
