@@ -388,6 +388,24 @@ static bool address_space_limited(void)
 	return getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY;
 }
 
+/* address_space_limited() for every freed extent, asked of the kernel at most every
+ * 10 ms (@now: now_ns()): a system call per free of a large block was a cost of its
+ * own.  A limit set meanwhile lets at most 10 ms of frees be cached; a mapping that
+ * then fails gives the cache back and tries again (large_alloc). */
+static bool xc_space_limited(uint64_t now)
+{
+	static _Atomic uint64_t asked_ns;
+	static atomic_bool limited;
+	uint64_t t = atomic_load_explicit(&asked_ns, memory_order_relaxed);
+	if (t == 0 || now - t >= 10 * 1000 * 1000) {
+		bool l = address_space_limited();
+		atomic_store_explicit(&limited, l, memory_order_relaxed);
+		atomic_store_explicit(&asked_ns, now ? now : 1, memory_order_relaxed);
+		return l;
+	}
+	return atomic_load_explicit(&limited, memory_order_relaxed);
+}
+
 /* Bin of any cached length (a whole number of pages up to the cached
  * maximum): that of the largest extent_len() class not above it, so every
  * extent in bin xc_bin(len) or above holds a request of extent_len() = len.
@@ -524,13 +542,13 @@ void malloc_extent_put(void *p, size_t len)
 {
 	/* Where address space is limited (RLIMIT_AS), a cached extent would
 	 * hold address space the program may need: it goes back at once. */
-	if (len > SHEAF_MALLOC_EXTENT_CACHE_ONE || address_space_limited()) {
+	uint64_t now = now_ns();
+	if (len > SHEAF_MALLOC_EXTENT_CACHE_ONE || xc_space_limited(now)) {
 		(void)sheaf_os_unmap(p, len);
 		CTR_INC(extent_unmaps);
 		return;
 	}
 	struct xc_node *x = p;
-	uint64_t now = now_ns();
 	pthread_mutex_lock(&xc.lock);
 	xc_init_locked();
 	if (!xc_tab_reserve_locked()) {
@@ -658,6 +676,16 @@ void *malloc_large_alloc(size_t n, size_t align, bool zero)
 		if (!p && exact < len) {
 			len = exact;
 			p = map_aligned(len, align);
+		}
+		if (!p) {
+			/* Out of address space: what the cache holds goes back first. */
+			size_t count, bytes;
+			sheaf_malloc_extent_cache_stat(&count, &bytes);
+			if (count) {
+				sheaf_malloc_extent_cache_drain();
+				len = exact;
+				p = map_aligned(len, align);
+			}
 		}
 		if (!p) {
 			errno = ENOMEM;

@@ -6,6 +6,7 @@
  */
 #include <stdbool.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "harness.h"
@@ -551,6 +552,50 @@ static void t_trim(void)
 	CHECK(sheaf_malloc_trim() == 0);
 }
 
+/* Out of address space (RLIMIT_AS set after extents were cached): a fresh mapping
+ * that fails gives the cached extents back and tries again, instead of failing. */
+static void rlimit_child(void *arg)
+{
+	(void)arg;
+	sheaf_malloc_extent_cache_drain();
+	void *v[8];
+	for (int i = 0; i < 8; i++)
+		if (!(v[i] = sheaf_malloc(8u << 20)))
+			_exit(2);
+	for (int i = 0; i < 8; i++)
+		sheaf_free(v[i]); /* 64 MiB of address space cached */
+	size_t cnt, bytes;
+	sheaf_malloc_extent_cache_stat(&cnt, &bytes);
+	if (bytes != (64u << 20))
+		_exit(3);
+	FILE *f = fopen("/proc/self/statm", "r");
+	unsigned long pages = 0;
+	if (!f || fscanf(f, "%lu", &pages) != 1)
+		_exit(4);
+	fclose(f);
+	struct rlimit rl = { (rlim_t)pages * 4096 + (16u << 20), RLIM_INFINITY };
+	if (setrlimit(RLIMIT_AS, &rl))
+		_exit(5);
+	void *p = sheaf_malloc(48u << 20); /* 16 MiB of headroom: only with the cache back */
+	if (!p)
+		_exit(1);
+	memset(p, 1, 4096);
+	sheaf_free(p);
+	_exit(0);
+}
+
+static void t_extent_cache_rlimit(void)
+{
+#if SANITIZE_ADDRESS || SANITIZE_THREAD
+	/* The sanitizer's shadow memory needs address space far beyond any such limit. */
+	printf("# skipped: RLIMIT_AS under a sanitizer\n");
+	return;
+#endif
+	struct th_child r;
+	th_run_child(rlimit_child, NULL, &r);
+	CHECKF(r.exited && r.status == 0, "exited=%d status=%d", r.exited, r.status);
+}
+
 int main(void)
 {
 	RUN(t_basic_sizes);
@@ -563,6 +608,7 @@ int main(void)
 	RUN(t_free_sized);
 	RUN(t_misuse_reported);
 	RUN(t_extent_cache);
+	RUN(t_extent_cache_rlimit);
 	RUN(t_extent_registry);
 	RUN(t_trim);
 	return th_done();
