@@ -400,7 +400,11 @@ void bench_pool_close(struct bench_pool *p)
 
 void bench_pool_dump_stats(const struct bench_pool *p, FILE *f, const char *heading)
 {
-	if (p->kind != BK_SHEAF || !p->cache || !sheaf_stats_print)
+	/* Not a private copy's cache: the linked library's statistics would walk (and lock
+	 * the CPUs of) a cache that is not its own, whose objects its page map does not
+	 * know (SHEAF_DEBUG=2's walkers abort on that). */
+	if (p->kind != BK_SHEAF || !p->cache || !sheaf_stats_print ||
+	    (p->a->apis & BENCH_API_NOCHECKS))
 		return;
 	fprintf(f, "==== %s\n", heading);
 	sheaf_stats_print(p->cache, f);
@@ -416,8 +420,9 @@ int bench_pool_profile(const struct bench_pool *p, char *buf, size_t len)
 	struct sheaf_stats st;
 	double n, k;
 
-	if (p->kind != BK_SHEAF || !p->cache || !sheaf_stats_get)
-		return -1;
+	if (p->kind != BK_SHEAF || !p->cache || !sheaf_stats_get ||
+	    (p->a->apis & BENCH_API_NOCHECKS))
+		return -1; /* a private copy's cache: see bench_pool_dump_stats() */
 	memset(&st, 0, sizeof(st));
 	st.size = sizeof(st);
 	if (sheaf_stats_get(p->cache, &st))

@@ -112,7 +112,7 @@ void sheaf_barn_init(struct sheaf_barn *b, bool enabled, bool compat)
  * in shared-lock traffic (issue 3 point 3). */
 static inline void barn_lock(struct sheaf_barn *b)
 {
-	pthread_mutex_lock(&b->lock);
+	sheaf_mutex_lock(&b->lock, SHEAF_LOCK_BARN);
 	sheaf_wr(b->nr_locks, b->nr_locks + 1);
 }
 
@@ -153,7 +153,7 @@ struct sheaf_sheaf *sheaf_barn_get_empty(struct sheaf_barn *b)
 	s = stk_pop(&b->empty);
 	if (s)
 		sheaf_wr(b->nr_empty, b->nr_empty - 1);
-	pthread_mutex_unlock(&b->lock);
+	sheaf_mutex_unlock(&b->lock, SHEAF_LOCK_BARN);
 	return s;
 }
 
@@ -169,7 +169,7 @@ struct sheaf_sheaf *sheaf_barn_get_full(struct sheaf_barn *b, uint32_t min_size)
 		sheaf_wr(b->nr_objects, b->nr_objects + s->size);
 		note_op_locked(b);
 	}
-	pthread_mutex_unlock(&b->lock);
+	sheaf_mutex_unlock(&b->lock, SHEAF_LOCK_BARN);
 	return s;
 }
 
@@ -178,7 +178,7 @@ void sheaf_barn_put_empty(struct sheaf_barn *b, struct sheaf_sheaf *s)
 	barn_lock(b);
 	stk_push(&b->empty, s);
 	sheaf_wr(b->nr_empty, b->nr_empty + 1);
-	pthread_mutex_unlock(&b->lock);
+	sheaf_mutex_unlock(&b->lock, SHEAF_LOCK_BARN);
 }
 
 void sheaf_barn_put_full(struct sheaf_barn *b, struct sheaf_sheaf *s)
@@ -189,7 +189,7 @@ void sheaf_barn_put_full(struct sheaf_barn *b, struct sheaf_sheaf *s)
 	sheaf_wr(b->nr_full, b->nr_full + 1);
 	sheaf_wr(b->nr_objects, b->nr_objects + s->size);
 	note_op_locked(b);
-	pthread_mutex_unlock(&b->lock);
+	sheaf_mutex_unlock(&b->lock, SHEAF_LOCK_BARN);
 }
 
 struct sheaf_sheaf *sheaf_barn_replace_empty(struct sheaf_barn *b, struct sheaf_sheaf *empty)
@@ -207,7 +207,7 @@ struct sheaf_sheaf *sheaf_barn_replace_empty(struct sheaf_barn *b, struct sheaf_
 		stk_push(&b->empty, empty);
 		sheaf_wr(b->nr_empty, b->nr_empty + 1);
 	}
-	pthread_mutex_unlock(&b->lock);
+	sheaf_mutex_unlock(&b->lock, SHEAF_LOCK_BARN);
 	return full;
 }
 
@@ -220,7 +220,7 @@ int sheaf_barn_replace_full(struct sheaf_barn *b, struct sheaf_sheaf *full, stru
 		return -E2BIG;
 	barn_lock(b);
 	if (b->nr_full >= b->max_full) {
-		pthread_mutex_unlock(&b->lock);
+		sheaf_mutex_unlock(&b->lock, SHEAF_LOCK_BARN);
 		return -E2BIG;
 	}
 	stk_push(&b->full, full);
@@ -230,7 +230,7 @@ int sheaf_barn_replace_full(struct sheaf_barn *b, struct sheaf_sheaf *full, stru
 	*empty = stk_pop(&b->empty);
 	if (*empty)
 		sheaf_wr(b->nr_empty, b->nr_empty - 1);
-	pthread_mutex_unlock(&b->lock);
+	sheaf_mutex_unlock(&b->lock, SHEAF_LOCK_BARN);
 	return 0;
 }
 
@@ -241,7 +241,7 @@ void sheaf_barn_take_all(struct sheaf_barn *b, struct sheaf_list *full, struct s
 	stk_take_bottom(&b->empty, b->nr_empty, b->nr_empty, empty);
 	sheaf_wr(b->nr_full, 0);
 	sheaf_wr(b->nr_empty, 0);
-	pthread_mutex_unlock(&b->lock);
+	sheaf_mutex_unlock(&b->lock, SHEAF_LOCK_BARN);
 }
 
 void sheaf_barn_trim(struct sheaf_barn *b, struct sheaf_list *full, struct sheaf_list *empty)
@@ -263,7 +263,7 @@ void sheaf_barn_trim(struct sheaf_barn *b, struct sheaf_list *full, struct sheaf
 		sheaf_wr(b->nr_empty, b->nr_empty - n);
 		b->ewma_low_empty -= 16 * n;
 	}
-	pthread_mutex_unlock(&b->lock);
+	sheaf_mutex_unlock(&b->lock, SHEAF_LOCK_BARN);
 }
 
 bool sheaf_sheaf_is_valid(const struct sheaf_cache *c, const struct sheaf_sheaf *s)
@@ -284,7 +284,7 @@ bool sheaf_barn_is_valid(struct sheaf_barn *b, const struct sheaf_cache *c)
 {
 	bool ok = true;
 	unsigned nf = 0, ne = 0;
-	pthread_mutex_lock(&b->lock);
+	sheaf_mutex_lock(&b->lock, SHEAF_LOCK_BARN);
 	for (struct sheaf_sheaf *s = b->full; s; s = stk_next(s)) {
 		nf++;
 		if (!sheaf_sheaf_is_valid(c, s) || s->size == 0)
@@ -297,7 +297,7 @@ bool sheaf_barn_is_valid(struct sheaf_barn *b, const struct sheaf_cache *c)
 	}
 	if (nf != b->nr_full || ne != b->nr_empty)
 		ok = false;
-	pthread_mutex_unlock(&b->lock);
+	sheaf_mutex_unlock(&b->lock, SHEAF_LOCK_BARN);
 	return ok;
 }
 
@@ -306,25 +306,25 @@ bool sheaf_barn_is_valid(struct sheaf_barn *b, const struct sheaf_cache *c)
 bool sheaf_barn_holds(struct sheaf_barn *b, const void *obj)
 {
 	bool found = false;
-	pthread_mutex_lock(&b->lock);
+	sheaf_mutex_lock(&b->lock, SHEAF_LOCK_BARN);
 	for (struct sheaf_sheaf *s = b->full; s && !found; s = stk_next(s))
 		for (uint32_t i = 0; i < s->size && !found; i++)
 			found = s->objects[i] == obj;
-	pthread_mutex_unlock(&b->lock);
+	sheaf_mutex_unlock(&b->lock, SHEAF_LOCK_BARN);
 	return found;
 }
 
 void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, uint64_t *objs, uint64_t *locks,
 		       uint64_t *moved)
 {
-	pthread_mutex_lock(&b->lock);
+	sheaf_mutex_lock(&b->lock, SHEAF_LOCK_BARN);
 	*moved += b->nr_objects;
 	for (struct sheaf_sheaf *s = b->full; s; s = stk_next(s))
 		*objs += s->size;
 	*full += b->nr_full;
 	*locks += b->nr_locks;
 	*empty += b->nr_empty;
-	pthread_mutex_unlock(&b->lock);
+	sheaf_mutex_unlock(&b->lock, SHEAF_LOCK_BARN);
 }
 
 unsigned sheaf_barn_swap_fulls(struct sheaf_barn *b, struct sheaf_sheaf **full, unsigned nfull,
@@ -346,7 +346,7 @@ unsigned sheaf_barn_swap_fulls(struct sheaf_barn *b, struct sheaf_sheaf **full, 
 		empty_out[got++] = stk_pop(&b->empty);
 		sheaf_wr(b->nr_empty, b->nr_empty - 1);
 	}
-	pthread_mutex_unlock(&b->lock);
+	sheaf_mutex_unlock(&b->lock, SHEAF_LOCK_BARN);
 	return got;
 }
 
@@ -370,7 +370,7 @@ unsigned sheaf_barn_swap_empties(struct sheaf_barn *b, struct sheaf_sheaf **empt
 			sheaf_wr(b->nr_empty, b->nr_empty + 1);
 		}
 	}
-	pthread_mutex_unlock(&b->lock);
+	sheaf_mutex_unlock(&b->lock, SHEAF_LOCK_BARN);
 	return got;
 }
 

@@ -25,6 +25,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/list.h"
+#include "base/lock.h"
 #include "sheaf.h"
 #include "sheaf_stats.h"
 

@@ -34,13 +34,11 @@
  *      free:  was full  -> add to partial tail (FREE_ADD_PARTIAL)
  *             now empty and nr_partial >= min_partial -> discard (FREE_SLAB)
  *
- * §4 Lock order (outermost first):
- *      1. sheaf_reg.caches_lock    (cache list, ids)
- *      2. cache->pcs_lock          (per-thread pcs registration)
- *      3. the per-CPU lock         (main swapped for the sentinel; design §6)
- *      4. barn->lock  |  node->list_lock   (never both at once)
- *      5. sheaf_heap.lock          (page heap)
- *      6. sheaf_meta locks         (internal metadata caches; they use 4-5 only)
+ * §4 Lock order: one table of ranks, SHEAF_LOCK_TABLE in base/lock.h (outermost first;
+ *    its witness checks it in debug builds, fork walks it, docs/locking.md is generated
+ *    from it).  In short: caches_lock, threads_lock, pcs_lock, the per-CPU lock,
+ *    rcu_lock, barn->lock, list_lock, prefilled_lock, rcu_state.lock, the metadata
+ *    caches' list locks, the heap.
  *
  * §5 RCU-deferred free: see rcu_free.c.
  *
@@ -52,8 +50,8 @@
  *    mode every entry of mainv is the sentinel and each thread owns a struct sheaf_pcs
  *    per cache, found through its struct sheaf_tcache.
  *
- * §7 Fork and thread exit.  pthread_atfork takes every lock in the order of §4 and
- *    releases it in both parent and child.  A thread's pcs are flushed to the barns at
+ * §7 Fork and thread exit.  pthread_atfork takes every lock in the order of §4 (the
+ *    walk of base/lock.h's table) and releases it in both parent and child.  A thread's pcs are flushed to the barns at
  *    thread exit (per-thread mode); in the child of fork, pcs of threads that no longer
  *    exist are flushed by the child.
  *
@@ -109,7 +107,10 @@ static inline bool sheaf_reaper_wanted_by_malloc(void)
 }
 void sheaf_reaper_stop(void);
 void sheaf_reaper_unlink(struct sheaf_cache *c); /* destroy: unlink when not pinned */
-void sheaf_reaper_fork_child(void);
+void sheaf_reaper_fork_child_caches(void); /* fork, in the child: nothing is being reaped */
+void sheaf_reaper_fork_register(void);     /* rank REAPER of base/lock.h */
+/* This thread is inside sheaf_init() (a malloc it causes must not create a class). */
+bool sheaf_init_running_here(void);
 unsigned long sheaf_reaper_rounds(void);
 
 /* Calls up, registered at init. */

@@ -231,13 +231,13 @@ static struct sheaf_cache *cache_struct_get(void)
 {
 	size_t bytes = SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE);
 	struct sheaf_cache *c = NULL;
-	pthread_mutex_lock(&sheaf_reg.caches_lock);
+	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	if (dead_count == SHEAF_DEAD_KEPT) {
 		c = dead_caches[dead_head];
 		dead_head = (dead_head + 1) % SHEAF_DEAD_KEPT;
 		dead_count--;
 	}
-	pthread_mutex_unlock(&sheaf_reg.caches_lock);
+	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	if (c) {
 		memset(c, 0, bytes);
 		return c;
@@ -254,7 +254,7 @@ static void cache_struct_retire(struct sheaf_cache *c)
 	cache_free_nodes(c);
 	__atomic_store_n(&c->magic, SHEAF_CACHE_DEAD, __ATOMIC_RELEASE);
 	struct sheaf_cache *oldest = NULL;
-	pthread_mutex_lock(&sheaf_reg.caches_lock);
+	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	/* Full when more caches were alive at once than are kept (a create reuses one only
 	 * at SHEAF_DEAD_KEPT): the oldest goes back to the OS.  The fuzz corpus found this
 	 * (two caches alive while others churn); tests/unit/test_cache_churn.c. */
@@ -265,7 +265,7 @@ static void cache_struct_retire(struct sheaf_cache *c)
 	}
 	dead_caches[(dead_head + dead_count) % SHEAF_DEAD_KEPT] = c;
 	dead_count++;
-	pthread_mutex_unlock(&sheaf_reg.caches_lock);
+	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	if (oldest)
 		(void)sheaf_os_unmap(oldest, SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
 }
@@ -274,7 +274,8 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 						bool meta)
 {
 	int saved_errno = errno; /* a successful create leaves errno alone */
-	int r = sheaf_ensure_init();
+	/* The metadata caches are created by sheaf_init() itself. */
+	int r = meta ? 0 : sheaf_ensure_init();
 	if (r) {
 		errno = -r == EAGAIN ? ENOMEM : -r;
 		return NULL;
@@ -364,11 +365,11 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 	if (!meta)
 		sheaf_rcu_cache_init(c);
 
-	pthread_mutex_lock(&sheaf_reg.caches_lock);
+	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	r = alloc_id_locked(&c->id);
 	if (!r)
 		sheaf_list_add_tail(&c->cache_list, &sheaf_reg.caches);
-	pthread_mutex_unlock(&sheaf_reg.caches_lock);
+	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	if (r) {
 		cache_free_struct(c);
 		errno = ENOMEM;
@@ -448,9 +449,9 @@ SHEAF_API void sheaf_cache_destroy(struct sheaf_cache *c)
 		return;
 	}
 	sheaf_rcu_cache_fini(c);
-	pthread_mutex_lock(&sheaf_reg.caches_lock);
+	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	sheaf_reg.id_used[c->id] = 0;
-	pthread_mutex_unlock(&sheaf_reg.caches_lock);
+	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	cache_struct_retire(c);
 }
 

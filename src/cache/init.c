@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * init.c - library initialisation: every layer brought up bottom to top, the hooks through
- * which lower layers call up registered first (src/README.md), and the fork and exit
- * handlers.
+ * which lower layers call up registered first (src/README.md), the exit handler, and
+ * this layer's ranks of the fork walk (base/lock.h, docs/locking.md).
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,61 +24,174 @@ static void stats_at_exit(void)
 }
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+/* This thread is inside sheaf_init(): a call it makes back into Sheaf (a preloaded
+ * malloc called by stdio, pthread_atfork or atexit) must not wait for init_lock. */
+static __thread int tls_initialising;
 
-/* The child of fork: the reaper first, while the prepare handler's caches_lock is
- * still held, then the per-CPU layer releases its locks and adopts orphans. */
-static void cache_fork_child(void)
+bool sheaf_init_running_here(void)
 {
-	sheaf_reaper_fork_child();
-	sheaf_percpu_fork_child();
+	return tls_initialising != 0;
 }
 
+static void fork_register_cache_ranks(void);
+
+/* Everything is built before init_state says 2 (release): a thread that sees 2 finds the
+ * metadata caches, the per-CPU mode and the fork handlers in place; a thread that comes
+ * while another initialises waits for init_lock (issue 13: the state used to be
+ * published before the metadata caches existed, and a concurrent first call saw a
+ * half-built allocator). */
 int sheaf_init(void)
 {
-	pthread_mutex_lock(&init_lock);
-	int st = atomic_load(&sheaf_g.init_state);
-	if (st == 2) {
-		pthread_mutex_unlock(&init_lock);
+	if (tls_initialising)
+		return -EAGAIN; /* re-entered from our own initialisation */
+	sheaf_mutex_lock(&init_lock, SHEAF_LOCK_INIT);
+	if (atomic_load(&sheaf_g.init_state) == 2) {
+		sheaf_mutex_unlock(&init_lock, SHEAF_LOCK_INIT);
 		return 0;
 	}
-	if (st == 1) {
-		/* Re-entered from our own initialisation (e.g. a preloaded malloc). */
-		pthread_mutex_unlock(&init_lock);
-		return -EAGAIN;
-	}
+	tls_initialising = 1;
 	atomic_store(&sheaf_g.init_state, 1);
-	/* The hooks through which lower layers call up, before any layer runs. */
-	sheaf_meta_register();
-	sheaf_rcu_init();
-	sheaf_options_init();
-	sheaf_free_key_init();
-	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-	if (pages > 0 && psize > 0)
-		sheaf_bulk_limit = (size_t)pages / 2 * (size_t)psize;
-	sheaf_list_init(&sheaf_reg.caches);
-	sheaf_list_init(&sheaf_reg.threads);
-	int r = sheaf_node_topology_init();
+	/* First, as it is the one step that cannot be undone: a failure leaves nothing
+	 * half done for the next attempt. */
+	int r = sheaf_fork_handlers_install();
+	if (r) {
+		sheaf_os_print("sheaf: pthread_atfork failed (%s): Sheaf cannot start", strerror(r));
+		r = -r;
+	}
+	if (!r) {
+		/* The hooks through which lower layers call up, before any layer runs. */
+		sheaf_meta_register();
+		sheaf_rcu_init();
+		sheaf_options_init();
+		sheaf_free_key_init();
+		long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+		if (pages > 0 && psize > 0)
+			sheaf_bulk_limit = (size_t)pages / 2 * (size_t)psize;
+		sheaf_list_init(&sheaf_reg.caches);
+		sheaf_list_init(&sheaf_reg.threads);
+		r = sheaf_node_topology_init();
+	}
 	if (!r)
 		r = sheaf_page_init();
 	if (!r)
 		r = sheaf_percpu_init();
 	if (r) {
 		atomic_store(&sheaf_g.init_state, 0);
-		pthread_mutex_unlock(&init_lock);
+		tls_initialising = 0;
+		sheaf_mutex_unlock(&init_lock, SHEAF_LOCK_INIT);
 		return r;
 	}
-	atomic_store_explicit(&sheaf_g.init_state, 2, memory_order_release);
-	pthread_mutex_unlock(&init_lock);
 	sheaf_introspect_link(); /* keeps the root sheafinfo reads (docs/introspection.md) */
 	sheaf_meta_init();
-	pthread_atfork(sheaf_percpu_fork_prepare, sheaf_percpu_fork_parent, cache_fork_child);
+	/* The fork walk of each rank, before any other thread can use that rank. */
+	fork_register_cache_ranks();
+	sheaf_percpu_fork_register();
+	sheaf_page_fork_register();
+	sheaf_rcu_fork_register();
+	sheaf_reaper_fork_register();
 	atexit(stats_at_exit);
+	atomic_store_explicit(&sheaf_g.init_state, 2, memory_order_release);
+	tls_initialising = 0;
+	sheaf_mutex_unlock(&init_lock, SHEAF_LOCK_INIT);
 	if (sheaf_option_long(SHEAF_OPT_VERBOSE)) {
 		sheaf_options_print(stderr);
 		fprintf(stderr, "sheaf: mode %s, %d possible CPUs, %d nodes%s\n", sheaf_percpu_mode(), sheaf_g.ncpus,
 			sheaf_g.nnodes, sheaf_g.fake_numa ? " (fake)" : "");
 	}
 	return 0;
+}
+
+/* ---- fork: ranks INIT, CACHES (with RCU_BARRIER), BARN, LIST, PREFILLED, META_LIST ---- */
+
+static void fork_take_init(void)
+{
+	sheaf_mutex_lock(&init_lock, SHEAF_LOCK_INIT);
+}
+
+static void fork_release_init(bool child)
+{
+	(void)child;
+	sheaf_mutex_unlock(&init_lock, SHEAF_LOCK_INIT);
+}
+
+/* caches_lock, and every cache's RCU barrier mutex (rank RCU_BARRIER, before CACHES):
+ * the cache list is only stable under caches_lock, so the barrier mutexes are
+ * try-locked under it, and while a barrier runs (it takes caches_lock with its mutex
+ * held) everything is let go and tried again. */
+static void fork_take_caches(void)
+{
+	for (;;) {
+		sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
+		if (sheaf_rcu_fork_trylock_barriers())
+			return;
+		sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
+		sched_yield();
+	}
+}
+
+static void fork_release_caches(bool child)
+{
+	if (child)
+		sheaf_reaper_fork_child_caches(); /* no cache is being reaped in the child */
+	sheaf_rcu_fork_unlock_barriers();
+	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
+}
+
+/* Every lock of one kind, in cache-list order (caches_lock is held by the walk): barns
+ * (a disabled one is still locked by the statistics), list locks of the ordinary or of
+ * the metadata caches (the metadata caches' come later: they are allocated from under
+ * the others), or prefilled-list locks. */
+enum walk_kind { WK_BARN, WK_LIST, WK_META_LIST, WK_PREFILLED };
+
+static void walk_locks(enum walk_kind kind, enum sheaf_lock_id id, bool take)
+{
+	struct sheaf_list *pos;
+	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next) {
+		struct sheaf_cache *c = sheaf_container_of(pos, struct sheaf_cache, cache_list);
+		int n = kind == WK_PREFILLED ? 1 : sheaf_g.nnodes;
+		for (int i = 0; i < n; i++) {
+			pthread_mutex_t *m = NULL;
+			if (kind == WK_BARN)
+				m = &c->node[i]->barn->lock;
+			else if (kind == WK_PREFILLED)
+				m = &c->prefilled_lock;
+			else if (c->is_meta == (kind == WK_META_LIST))
+				m = &c->node[i]->list_lock;
+			if (m && take)
+				sheaf_mutex_lock(m, id);
+			else if (m)
+				sheaf_mutex_unlock(m, id);
+		}
+	}
+}
+
+static void fork_take_barns(void) { walk_locks(WK_BARN, SHEAF_LOCK_BARN, true); }
+static void fork_release_barns(bool child) { (void)child; walk_locks(WK_BARN, SHEAF_LOCK_BARN, false); }
+static void fork_take_lists(void) { walk_locks(WK_LIST, SHEAF_LOCK_LIST, true); }
+static void fork_release_lists(bool child) { (void)child; walk_locks(WK_LIST, SHEAF_LOCK_LIST, false); }
+static void fork_take_prefilled(void) { walk_locks(WK_PREFILLED, SHEAF_LOCK_PREFILLED, true); }
+static void fork_release_prefilled(bool child)
+{
+	(void)child;
+	walk_locks(WK_PREFILLED, SHEAF_LOCK_PREFILLED, false);
+}
+static void fork_take_meta(void) { walk_locks(WK_META_LIST, SHEAF_LOCK_META_LIST, true); }
+static void fork_release_meta(bool child) { (void)child; walk_locks(WK_META_LIST, SHEAF_LOCK_META_LIST, false); }
+
+static void fork_register_cache_ranks(void)
+{
+	static const struct sheaf_fork_ops init = { fork_take_init, fork_release_init };
+	static const struct sheaf_fork_ops caches = { fork_take_caches, fork_release_caches };
+	static const struct sheaf_fork_ops barns = { fork_take_barns, fork_release_barns };
+	static const struct sheaf_fork_ops lists = { fork_take_lists, fork_release_lists };
+	static const struct sheaf_fork_ops prefilled = { fork_take_prefilled, fork_release_prefilled };
+	static const struct sheaf_fork_ops meta = { fork_take_meta, fork_release_meta };
+	sheaf_fork_register(SHEAF_LOCK_INIT, &init);
+	sheaf_fork_register(SHEAF_LOCK_CACHES, &caches);
+	sheaf_fork_register(SHEAF_LOCK_BARN, &barns);
+	sheaf_fork_register(SHEAF_LOCK_LIST, &lists);
+	sheaf_fork_register(SHEAF_LOCK_PREFILLED, &prefilled);
+	sheaf_fork_register(SHEAF_LOCK_META_LIST, &meta);
 }
 
 SHEAF_API const char *sheaf_percpu_mode(void)

@@ -19,16 +19,16 @@ static inline struct sheaf_sheaf *to_sheaf(struct sheaf_prefilled *p) { return (
 static void prefilled_lend(struct sheaf_cache *c, struct sheaf_sheaf *s)
 {
 	s->flags |= SHEAF_SH_PREFILLED;
-	pthread_mutex_lock(&c->prefilled_lock);
+	sheaf_mutex_lock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
 	sheaf_list_add(&s->link, &c->prefilled);
-	pthread_mutex_unlock(&c->prefilled_lock);
+	sheaf_mutex_unlock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
 }
 
 static void prefilled_unlend(struct sheaf_cache *c, struct sheaf_sheaf *s)
 {
-	pthread_mutex_lock(&c->prefilled_lock);
+	sheaf_mutex_lock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
 	sheaf_list_del(&s->link);
-	pthread_mutex_unlock(&c->prefilled_lock);
+	sheaf_mutex_unlock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
 	s->flags &= ~SHEAF_SH_PREFILLED;
 	sheaf_list_init(&s->link);
 }

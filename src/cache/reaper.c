@@ -19,7 +19,7 @@
  * (linked or preloaded) a free's slow path once Sheaf's heap has grown to
  * SHEAF_REAP_MALLOC_START (16 MiB): a small tool run under the preload library stays
  * single-threaded (unshare(CLONE_NEWUSER) refuses a multi-threaded caller, for one).  A forked child has no reaper (see
- * sheaf_reaper_fork_child); it still shrinks on sheaf_cache_shrink()/malloc_trim().
+ * fork_release_reaper); it still shrinks on sheaf_cache_shrink()/malloc_trim().
  *
  * Per-thread mode (TSan builds, Valgrind, no rseq): a shrink drains only the calling
  * thread's sheaves at once and asks the other threads to drain at their next slow
@@ -104,7 +104,7 @@ static void reap_one(struct sheaf_cache *c)
 
 static void reap_round(void)
 {
-	pthread_mutex_lock(&sheaf_reg.caches_lock);
+	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	struct sheaf_list *pos = sheaf_reg.caches.next;
 	while (pos != &sheaf_reg.caches) {
 		struct sheaf_cache *c = sheaf_container_of(pos, struct sheaf_cache, cache_list);
@@ -115,13 +115,13 @@ static void reap_round(void)
 		/* Pinned, it stays on the list (destroy waits to unlink it), so its next
 		 * pointer is valid again once the lock is retaken. */
 		atomic_store_explicit(&c->reaping, 1, memory_order_relaxed);
-		pthread_mutex_unlock(&sheaf_reg.caches_lock);
+		sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 		reap_one(c);
-		pthread_mutex_lock(&sheaf_reg.caches_lock);
+		sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 		pos = c->cache_list.next;
 		atomic_store_explicit(&c->reaping, 0, memory_order_release);
 	}
-	pthread_mutex_unlock(&sheaf_reg.caches_lock);
+	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	/* malloc/'s extent cache, once the front end is initialised. */
 	void (*age)(void) = __atomic_load_n(&sheaf_cache_hooks.extent_cache_age, __ATOMIC_ACQUIRE);
 	if (age)
@@ -133,7 +133,7 @@ static void *reaper_main(void *arg)
 {
 	(void)arg;
 	long ms = sheaf_option_long(SHEAF_OPT_REAP_MS);
-	pthread_mutex_lock(&reaper_lock);
+	sheaf_mutex_lock(&reaper_lock, SHEAF_LOCK_REAPER);
 	while (!reaper_stop) {
 		struct timespec t;
 		clock_gettime(CLOCK_MONOTONIC, &t);
@@ -148,11 +148,11 @@ static void *reaper_main(void *arg)
 			r = pthread_cond_timedwait(&reaper_cond, &reaper_lock, &t);
 		if (reaper_stop)
 			break;
-		pthread_mutex_unlock(&reaper_lock);
+		sheaf_mutex_unlock(&reaper_lock, SHEAF_LOCK_REAPER);
 		reap_round();
-		pthread_mutex_lock(&reaper_lock);
+		sheaf_mutex_lock(&reaper_lock, SHEAF_LOCK_REAPER);
 	}
-	pthread_mutex_unlock(&reaper_lock);
+	sheaf_mutex_unlock(&reaper_lock, SHEAF_LOCK_REAPER);
 	return NULL;
 }
 
@@ -168,7 +168,7 @@ void sheaf_reaper_kick(void)
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_mutex_lock(&reaper_lock);
+	sheaf_mutex_lock(&reaper_lock, SHEAF_LOCK_REAPER);
 	pthread_cond_init(&reaper_cond, &ca);
 	pthread_condattr_destroy(&ca);
 	reaper_stop = false;
@@ -180,21 +180,21 @@ void sheaf_reaper_kick(void)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (reaper_running)
 		pthread_setname_np(reaper_thread, "sheaf-reaper");
-	pthread_mutex_unlock(&reaper_lock);
+	sheaf_mutex_unlock(&reaper_lock, SHEAF_LOCK_REAPER);
 }
 
 void sheaf_reaper_stop(void)
 {
-	pthread_mutex_lock(&reaper_lock);
+	sheaf_mutex_lock(&reaper_lock, SHEAF_LOCK_REAPER);
 	if (!reaper_running) {
-		pthread_mutex_unlock(&reaper_lock);
+		sheaf_mutex_unlock(&reaper_lock, SHEAF_LOCK_REAPER);
 		return;
 	}
 	reaper_stop = true;
 	pthread_cond_broadcast(&reaper_cond);
 	pthread_t t = reaper_thread;
 	reaper_running = false;
-	pthread_mutex_unlock(&reaper_lock);
+	sheaf_mutex_unlock(&reaper_lock, SHEAF_LOCK_REAPER);
 	/* Bounded: at exit another thread may hold a lock the reaper waits for. */
 	struct timespec limit;
 	clock_gettime(CLOCK_REALTIME, &limit);
@@ -208,34 +208,54 @@ unsigned long sheaf_reaper_rounds(void)
 	return atomic_load_explicit(&reaper_rounds, memory_order_relaxed);
 }
 
-/* fork: the child has no reaper thread; caches the parent's reaper was shrinking are
- * not being shrunk in the child.  caches_lock is held (the atfork prepare handler). */
-void sheaf_reaper_fork_child(void)
+/* fork, in the child (caches_lock held by the walk, rank CACHES): no cache is being
+ * shrunk there, whatever the parent's reaper was doing. */
+void sheaf_reaper_fork_child_caches(void)
 {
 	struct sheaf_list *pos;
 	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next)
 		atomic_store_explicit(&sheaf_container_of(pos, struct sheaf_cache, cache_list)->reaping,
 				      0, memory_order_relaxed);
-	reaper_running = false;
-	pthread_mutex_init(&reaper_lock, NULL);
-	/* No reaper in the child, ever: with the parent's reaper every Sheaf process is
-	 * multi-threaded, and after such a fork POSIX allows only async-signal-safe calls
-	 * until exec.  Starting a thread there deadlocked on an allocator lock the fork
-	 * had copied held (ASan's, unit/test_malloc_threads); TSan kills such a child. */
-	atomic_store(&sheaf_reaper_kicked, 1);
+}
+
+/* Rank REAPER: reaper_lock, so that the child never inherits it held by a start or stop
+ * in progress. */
+static void fork_take_reaper(void)
+{
+	sheaf_mutex_lock(&reaper_lock, SHEAF_LOCK_REAPER);
+}
+
+static void fork_release_reaper(bool child)
+{
+	if (child) {
+		reaper_running = false;
+		/* No reaper in the child, ever: with the parent's reaper every Sheaf
+		 * process is multi-threaded, and after such a fork POSIX allows only
+		 * async-signal-safe calls until exec.  Starting a thread there deadlocked
+		 * on an allocator lock the fork had copied held (ASan's,
+		 * unit/test_malloc_threads); TSan kills such a child. */
+		atomic_store(&sheaf_reaper_kicked, 1);
+	}
+	sheaf_mutex_unlock(&reaper_lock, SHEAF_LOCK_REAPER);
+}
+
+void sheaf_reaper_fork_register(void)
+{
+	static const struct sheaf_fork_ops ops = { fork_take_reaper, fork_release_reaper };
+	sheaf_fork_register(SHEAF_LOCK_REAPER, &ops);
 }
 
 /* Unlink @c from the cache list once the reaper is not visiting it (destroy). */
 void sheaf_reaper_unlink(struct sheaf_cache *c)
 {
 	for (;;) {
-		pthread_mutex_lock(&sheaf_reg.caches_lock);
+		sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 		if (!atomic_load_explicit(&c->reaping, memory_order_acquire)) {
 			sheaf_list_del(&c->cache_list);
-			pthread_mutex_unlock(&sheaf_reg.caches_lock);
+			sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 			return;
 		}
-		pthread_mutex_unlock(&sheaf_reg.caches_lock);
+		sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 		sched_yield();
 	}
 }

@@ -195,16 +195,16 @@ SHEAF_API int sheaf_global_stats_get(struct sheaf_global_stats *st)
 	tmp.version = SHEAF_STATS_VERSION;
 	if (atomic_load(&sheaf_g.init_state) == 2) {
 		tmp.heap_reserved = sheaf_rd(sheaf_heap.blocks_mapped) << SHEAF_BLOCK_SHIFT;
-		pthread_mutex_lock(&sheaf_heap.lock);
+		sheaf_mutex_lock(&sheaf_heap.lock, SHEAF_LOCK_HEAP);
 		tmp.heap_mapped = sheaf_heap.mapped_bytes;
 		tmp.heap_returned = sheaf_heap.returned_bytes;
-		pthread_mutex_unlock(&sheaf_heap.lock);
+		sheaf_mutex_unlock(&sheaf_heap.lock, SHEAF_LOCK_HEAP);
 		tmp.meta_bytes = sheaf_meta_bytes();
-		pthread_mutex_lock(&sheaf_reg.caches_lock);
+		sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 		struct sheaf_list *pos;
 		for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next)
 			tmp.caches++;
-		pthread_mutex_unlock(&sheaf_reg.caches_lock);
+		sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 		tmp.nodes = (uint64_t)sheaf_g.nnodes;
 		for (int i = 0; i < sheaf_g.nnodes; i++)
 			tmp.memory_nodes += sheaf_g.node_has_mem[i] ? 1 : 0;

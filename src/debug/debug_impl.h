@@ -88,6 +88,7 @@ static inline void cpu_relax(void)
 
 static inline void bucket_lock(struct bucket *b)
 {
+	sheaf_witness_acquire(SHEAF_LOCK_DOBJ_BUCKET);
 	unsigned int spins = 0;
 	while (__atomic_exchange_n(&b->lock, 1, __ATOMIC_ACQUIRE)) {
 		while (__atomic_load_n(&b->lock, __ATOMIC_RELAXED)) {
@@ -102,6 +103,7 @@ static inline void bucket_lock(struct bucket *b)
 static inline void bucket_unlock(struct bucket *b)
 {
 	__atomic_store_n(&b->lock, 0, __ATOMIC_RELEASE);
+	sheaf_witness_release(SHEAF_LOCK_DOBJ_BUCKET);
 }
 
 struct dobj_pool {

@@ -110,32 +110,59 @@ SHEAF_API const char *sheaf_debug_state_name(enum sheaf_debug_state s)
 static pthread_mutex_t report_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* fork (design §7): no tracker lock may be held across it, or the child would
- * hang on its first hook.  Order: the report lock (never held with another),
- * every bucket, then the pool -- the lock order of the hooks. */
-static void fork_prepare(void)
+ * hang on its first hook.  Ranks DOBJ_REPORT, DOBJ_BUCKET and DOBJ_POOL of the core's
+ * lock table (base/lock.h): the report lock (never held with another), every bucket,
+ * then the pool -- the lock order of the hooks. */
+static void fork_take_report(void)
 {
-	pthread_mutex_lock(&report_lock);
+	sheaf_mutex_lock(&report_lock, SHEAF_LOCK_DOBJ_REPORT);
+}
+
+static void fork_release_report(bool child)
+{
+	(void)child;
+	sheaf_mutex_unlock(&report_lock, SHEAF_LOCK_DOBJ_REPORT);
+}
+
+static void fork_take_buckets(void)
+{
 	for (unsigned int i = 0; i < HASH_SIZE; i++)
 		bucket_lock(&dobj_buckets[i]);
-	pthread_mutex_lock(&dobj_pool.lock);
 }
 
-static void fork_release(void)
+static void fork_release_buckets(bool child)
 {
-	pthread_mutex_unlock(&dobj_pool.lock);
+	(void)child;
 	for (unsigned int i = HASH_SIZE; i-- > 0;)
 		bucket_unlock(&dobj_buckets[i]);
-	pthread_mutex_unlock(&report_lock);
 }
 
-static void fork_child(void)
+static void fork_take_pool(void)
 {
-	fork_release();
-	/* Threads that were refilling or running the free work are gone; the
-	 * records in their per-thread pools are lost to the child (counted as
-	 * pool_percpu). */
-	__atomic_store_n(&dobj_st.refilling, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&dobj_st.working, 0, __ATOMIC_RELAXED);
+	sheaf_mutex_lock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
+}
+
+static void fork_release_pool(bool child)
+{
+	sheaf_mutex_unlock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
+	if (child) {
+		/* Threads that were refilling or running the free work are gone; the
+		 * records in their per-thread pools are lost to the child (counted as
+		 * pool_percpu). */
+		__atomic_store_n(&dobj_st.refilling, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&dobj_st.working, 0, __ATOMIC_RELAXED);
+	}
+}
+
+static int fork_register(void)
+{
+	static const struct sheaf_fork_ops report = { fork_take_report, fork_release_report };
+	static const struct sheaf_fork_ops bucket = { fork_take_buckets, fork_release_buckets };
+	static const struct sheaf_fork_ops pl = { fork_take_pool, fork_release_pool };
+	sheaf_fork_register(SHEAF_LOCK_DOBJ_REPORT, &report);
+	sheaf_fork_register(SHEAF_LOCK_DOBJ_BUCKET, &bucket);
+	sheaf_fork_register(SHEAF_LOCK_DOBJ_POOL, &pl);
+	return sheaf_fork_handlers_install();
 }
 
 void dobj_tracker_init(void)
@@ -146,7 +173,7 @@ void dobj_tracker_init(void)
 	if (!strcmp(sheaf_option_str(SHEAF_OPT_DEBUG_OBJECTS_POOL), "single") && !dobj_pool_started)
 		dobj_pool_mode = SHEAF_DEBUG_POOL_SINGLE;
 	if (pthread_key_create(&dobj_exit_key, dobj_thread_exit) != 0 ||
-	    pthread_atfork(fork_prepare, fork_release, fork_child) != 0)
+	    fork_register() != 0)
 		dobj_enabled = false;
 	if (!dobj_enabled)
 		return;
@@ -221,6 +248,10 @@ struct dobj *dobj_lookup_or_alloc(struct bucket *b, void *addr,
 {
 	struct dobj *spare = NULL;
 	dobj_fill_pool();
+	/* Before the bucket lock: installing the hook takes the page heap's lock, which
+	 * ranks before the tracker's (base/lock.h; the fork walk takes the heap first). */
+	if (!__atomic_load_n(&dobj_tracking, __ATOMIC_RELAXED))
+		dobj_start_tracking();
 	for (;;) {
 		bucket_lock(b);
 		struct dobj *o = dobj_lookup_locked(b, addr);
@@ -242,8 +273,6 @@ struct dobj *dobj_lookup_or_alloc(struct bucket *b, void *addr,
 			o->state = SHEAF_DEBUG_STATE_INIT;
 			o->next = b->head;
 			b->head = o;
-			if (!__atomic_load_n(&dobj_tracking, __ATOMIC_RELAXED))
-				dobj_start_tracking();
 			return o;
 		}
 		bucket_unlock(b);
@@ -289,7 +318,7 @@ static bool report_allowed(void)
 	bool ok;
 
 	ADD(warnings, 1);
-	pthread_mutex_lock(&report_lock);
+	sheaf_mutex_lock(&report_lock, SHEAF_LOCK_DOBJ_REPORT);
 	unsigned long long now = dobj_now_ns();
 	if (printed < REPORT_BURST) {
 		printed++;
@@ -301,7 +330,7 @@ static bool report_allowed(void)
 	} else {
 		ok = false;
 	}
-	pthread_mutex_unlock(&report_lock);
+	sheaf_mutex_unlock(&report_lock, SHEAF_LOCK_DOBJ_REPORT);
 	if (!ok)
 		ADD(suppressed, 1);
 	return ok;

@@ -94,12 +94,12 @@ static void pcp_take_batch_from(struct pcpool *p, struct dobj *first)
 /* Put a detached batch in the global pool, or the to-free pool when full. */
 static void park_batch(struct dobj *first)
 {
-	pthread_mutex_lock(&dobj_pool.lock);
+	sheaf_mutex_lock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 	if (dobj_pool.global.cnt + first->batch_cnt <= POOL_MAX)
 		stack_push_batch(&dobj_pool.global, first);
 	else
 		stack_push_batch(&dobj_pool.to_free, first);
-	pthread_mutex_unlock(&dobj_pool.lock);
+	sheaf_mutex_unlock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 	ADD(batches_moved, 1);
 }
 
@@ -164,11 +164,11 @@ static void fill_pool_single(void)
 			return;
 		ADD(cache_allocs, 1);
 		ADD(refills, 1);
-		pthread_mutex_lock(&dobj_pool.lock);
+		sheaf_mutex_lock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 		o->next = dobj_pool.global.head;
 		dobj_pool.global.head = o;
 		cnt_set(&dobj_pool.global.cnt, dobj_pool.global.cnt + 1);
-		pthread_mutex_unlock(&dobj_pool.lock);
+		sheaf_mutex_unlock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 	}
 }
 
@@ -190,13 +190,13 @@ void dobj_fill_pool(void)
 
 	/* Records waiting in the to-free pool come back first: cheap, and no
 	 * backing-cache traffic. */
-	pthread_mutex_lock(&dobj_pool.lock);
+	sheaf_mutex_lock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 	while (dobj_pool.global.cnt < POOL_MIN && dobj_pool.to_free.head) {
 		stack_push_batch(&dobj_pool.global, stack_pop_batch(&dobj_pool.to_free));
 		ADD(batches_moved, 1);
 	}
 	level = dobj_pool.global.cnt;
-	pthread_mutex_unlock(&dobj_pool.lock);
+	sheaf_mutex_unlock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 	if (level >= POOL_MIN)
 		return;
 
@@ -213,10 +213,10 @@ void dobj_fill_pool(void)
 			break;
 		/* Seed point 2: the lock is taken once per batch, not held
 		 * across the backing-cache allocations. */
-		pthread_mutex_lock(&dobj_pool.lock);
+		sheaf_mutex_lock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 		stack_push_batch(&dobj_pool.global, b);
 		level = dobj_pool.global.cnt;
-		pthread_mutex_unlock(&dobj_pool.lock);
+		sheaf_mutex_unlock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 		if (level >= POOL_MIN)
 			break;
 	}
@@ -240,23 +240,23 @@ struct dobj *dobj_rec_alloc(void)
 {
 	struct dobj *o = NULL;
 	if (dobj_pool_mode == SHEAF_DEBUG_POOL_SINGLE) {
-		pthread_mutex_lock(&dobj_pool.lock);
+		sheaf_mutex_lock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 		o = dobj_pool.global.head;
 		if (o) {
 			dobj_pool.global.head = o->next;
 			cnt_set(&dobj_pool.global.cnt, dobj_pool.global.cnt - 1);
 			note_global_level_locked();
 		}
-		pthread_mutex_unlock(&dobj_pool.lock);
+		sheaf_mutex_unlock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 	} else {
 		struct pcpool *p = &dobj_tl_pool;
 		if (!p->cnt) {
-			pthread_mutex_lock(&dobj_pool.lock);
+			sheaf_mutex_lock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 			struct dobj *b = stack_pop_batch(&dobj_pool.global);
 			if (!b)
 				b = stack_pop_batch(&dobj_pool.to_free);
 			note_global_level_locked();
-			pthread_mutex_unlock(&dobj_pool.lock);
+			sheaf_mutex_unlock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 			if (!b)
 				return NULL;
 			ADD(batches_moved, 1);
@@ -287,11 +287,11 @@ struct dobj *dobj_backing_alloc_one(void)
 void dobj_rec_put_locked(struct dobj *o)
 {
 	if (dobj_pool_mode == SHEAF_DEBUG_POOL_SINGLE) {
-		pthread_mutex_lock(&dobj_pool.lock);
+		sheaf_mutex_lock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 		o->next = dobj_pool.global.head;
 		dobj_pool.global.head = o;
 		cnt_set(&dobj_pool.global.cnt, dobj_pool.global.cnt + 1);
-		pthread_mutex_unlock(&dobj_pool.lock);
+		sheaf_mutex_unlock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 		return;
 	}
 	struct pcpool *p = &dobj_tl_pool;
@@ -334,9 +334,9 @@ static void free_work(unsigned long long now)
 	while (freed < FREE_MAX) {
 		struct dobj *b = NULL;
 		bool moved = false;
-		pthread_mutex_lock(&dobj_pool.lock);
+		sheaf_mutex_lock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 		if (!dobj_pool.to_free.head) {
-			pthread_mutex_unlock(&dobj_pool.lock);
+			sheaf_mutex_unlock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 			break;
 		}
 		if (dobj_pool.global.cnt + dobj_pool.to_free.head->batch_cnt <= POOL_MAX) {
@@ -347,7 +347,7 @@ static void free_work(unsigned long long now)
 						keep + dobj_pool.to_free.head->batch_cnt) {
 			b = stack_pop_batch(&dobj_pool.to_free);
 		}
-		pthread_mutex_unlock(&dobj_pool.lock);
+		sheaf_mutex_unlock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 		if (b) {
 			/* The lock is dropped for every batch given back. */
 			freed += b->batch_cnt;
@@ -366,14 +366,14 @@ void dobj_rec_free(struct dobj *o)
 {
 	SUB(in_use, 1);
 	if (dobj_pool_mode == SHEAF_DEBUG_POOL_SINGLE) {
-		pthread_mutex_lock(&dobj_pool.lock);
+		sheaf_mutex_lock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 		if (dobj_pool.global.cnt < POOL_MAX) {
 			o->next = dobj_pool.global.head;
 			dobj_pool.global.head = o;
 			cnt_set(&dobj_pool.global.cnt, dobj_pool.global.cnt + 1);
 			o = NULL;
 		}
-		pthread_mutex_unlock(&dobj_pool.lock);
+		sheaf_mutex_unlock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 		if (o) {
 			o->next = NULL;
 			backing_free_list(o);
@@ -427,7 +427,7 @@ SHEAF_API void sheaf_debug_objects_shrink(void)
 		park_batch(pcp_take_group(p));
 	for (;;) {
 		struct dobj *b = NULL;
-		pthread_mutex_lock(&dobj_pool.lock);
+		sheaf_mutex_lock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 		if (dobj_pool.to_free.head) {
 			b = dobj_pool_mode == SHEAF_DEBUG_POOL_SINGLE ? NULL : stack_pop_batch(&dobj_pool.to_free);
 		} else if (dobj_pool.global.cnt > POOL_MIN) {
@@ -440,7 +440,7 @@ SHEAF_API void sheaf_debug_objects_shrink(void)
 				b = stack_pop_batch(&dobj_pool.global);
 			}
 		}
-		pthread_mutex_unlock(&dobj_pool.lock);
+		sheaf_mutex_unlock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 		if (!b)
 			break;
 		backing_free_list(b);
@@ -463,11 +463,11 @@ SHEAF_API int sheaf_debug_objects_stats_get(struct sheaf_debug_objects_stats *ou
 	s.version = SHEAF_DEBUG_OBJECTS_STATS_VERSION;
 	s.pool_mode = (uint32_t)dobj_pool_mode;
 	s.enabled = dobj_enabled;
-	pthread_mutex_lock(&dobj_pool.lock);
+	sheaf_mutex_lock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 	s.pool_global = dobj_pool.global.cnt;
 	s.pool_to_free = dobj_pool.to_free.cnt;
 	s.pool_min_free = dobj_pool.min_global == ~0ul ? dobj_pool.global.cnt : dobj_pool.min_global;
-	pthread_mutex_unlock(&dobj_pool.lock);
+	sheaf_mutex_unlock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 	s.objs_in_use = GET(in_use);
 	s.objs_max_in_use = GET(max_in_use);
 	s.cache_allocs = GET(cache_allocs);

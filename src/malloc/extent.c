@@ -6,7 +6,7 @@
  * split and merge, growth with mremap, ageing) and the extents themselves.
  *
  * Locks: xc.lock (the cache), then one registry shard lock at a time; both are taken by
- * the fork handlers (malloc.c) through malloc_extent_fork_lock().
+ * the fork walk of the lock table (base/lock.h) through malloc_extent_fork_register().
  */
 #include <errno.h>
 #include <pthread.h>
@@ -98,7 +98,7 @@ static bool ext_insert(void *p, size_t len)
 	uint64_t h = ext_hash(a);
 	struct ext_shard *s = ext_shard_of(h);
 	bool ok = true;
-	pthread_mutex_lock(&s->lock);
+	sheaf_mutex_lock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
 	/* Growing fails only when no memory is left; the table then fills
 	 * further, as long as an empty slot remains to end every probe. */
 	if ((s->live + s->dead + 1) * 4 > s->cap * 3 && !ext_grow_locked(s))
@@ -123,7 +123,7 @@ static bool ext_insert(void *p, size_t len)
 		s->live++;
 		atomic_fetch_add_explicit(&ext_live_bytes, len, memory_order_relaxed);
 	}
-	pthread_mutex_unlock(&s->lock);
+	sheaf_mutex_unlock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
 	return ok;
 }
 
@@ -135,7 +135,7 @@ size_t malloc_extent_lookup(const void *p, bool remove)
 	uint64_t h = ext_hash(a);
 	struct ext_shard *s = ext_shard_of(h);
 	size_t len = 0;
-	pthread_mutex_lock(&s->lock);
+	sheaf_mutex_lock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
 	if (s->cap) {
 		struct ext_slot *e = ext_find_locked(s, a, h);
 		if (e->addr == a) {
@@ -148,7 +148,7 @@ size_t malloc_extent_lookup(const void *p, bool remove)
 			}
 		}
 	}
-	pthread_mutex_unlock(&s->lock);
+	sheaf_mutex_unlock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
 	return len;
 }
 
@@ -158,11 +158,11 @@ static void ext_set_len(const void *p, size_t len)
 	uintptr_t a = (uintptr_t)p;
 	uint64_t h = ext_hash(a);
 	struct ext_shard *s = ext_shard_of(h);
-	pthread_mutex_lock(&s->lock);
+	sheaf_mutex_lock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
 	struct ext_slot *e = ext_find_locked(s, a, h);
 	if (e->addr == a)
 		e->len = len;
-	pthread_mutex_unlock(&s->lock);
+	sheaf_mutex_unlock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
 }
 
 /* Extents the program holds: how many and their mapped bytes (mallinfo's hblks and
@@ -172,12 +172,12 @@ void sheaf_malloc_extent_live_stat(size_t *count, size_t *bytes)
 	*count = *bytes = 0;
 	for (unsigned int i = 0; i < EXT_SHARDS; i++) {
 		struct ext_shard *s = &ext_shards[i];
-		pthread_mutex_lock(&s->lock);
+		sheaf_mutex_lock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
 		for (size_t k = 0; k < s->cap; k++)
 			if (s->tab[k].addr > EXT_DEAD)
 				*bytes += s->tab[k].len;
 		*count += s->live;
-		pthread_mutex_unlock(&s->lock);
+		sheaf_mutex_unlock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
 	}
 }
 
@@ -467,7 +467,7 @@ static void *xc_take(size_t need, size_t align, size_t *got, bool *grow)
 		return NULL;
 	struct xc_node *found = NULL;
 	unsigned int b = xc_bin_floor(need);
-	pthread_mutex_lock(&xc.lock);
+	sheaf_mutex_lock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 	xc_init_locked();
 	struct xc_node *victims = xc_evict_locked(now_ns(), 0, false);
 	for (unsigned int i = b; i < XC_BINS && !found && xc.count; i++)
@@ -504,7 +504,7 @@ static void *xc_take(size_t need, size_t align, size_t *got, bool *grow)
 			*grow = true;
 		}
 	}
-	pthread_mutex_unlock(&xc.lock);
+	sheaf_mutex_unlock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 	xc_unmap(victims);
 	return found;
 }
@@ -549,10 +549,10 @@ void malloc_extent_put(void *p, size_t len)
 		return;
 	}
 	struct xc_node *x = p;
-	pthread_mutex_lock(&xc.lock);
+	sheaf_mutex_lock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 	xc_init_locked();
 	if (!xc_tab_reserve_locked()) {
-		pthread_mutex_unlock(&xc.lock);
+		sheaf_mutex_unlock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 		(void)sheaf_os_unmap(p, len);
 		CTR_INC(extent_unmaps);
 		return;
@@ -571,7 +571,7 @@ void malloc_extent_put(void *p, size_t len)
 	xc_tab_put_locked((uintptr_t)x, x);
 	xc_tab_put_locked(((uintptr_t)x + len) | 1u, x);
 	size_t cached = xc.bytes;
-	pthread_mutex_unlock(&xc.lock);
+	sheaf_mutex_unlock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 	xc_unmap(victims);
 	/* A program of large blocks only may never grow Sheaf's heap to the
 	 * reaper's threshold: start it for the cached extents too, so that they
@@ -584,9 +584,9 @@ void malloc_extent_put(void *p, size_t len)
 
 void sheaf_malloc_extent_cache_drain(void)
 {
-	pthread_mutex_lock(&xc.lock);
+	sheaf_mutex_lock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 	struct xc_node *victims = xc_evict_locked(0, 0, true);
-	pthread_mutex_unlock(&xc.lock);
+	sheaf_mutex_unlock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 	xc_unmap(victims);
 }
 
@@ -594,18 +594,18 @@ void sheaf_malloc_extent_cache_drain(void)
  * later extent operation would have noticed. */
 void sheaf_malloc_extent_cache_age(void)
 {
-	pthread_mutex_lock(&xc.lock);
+	sheaf_mutex_lock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 	struct xc_node *victims = xc.lru.lru_next ? xc_evict_locked(now_ns(), 0, false) : NULL;
-	pthread_mutex_unlock(&xc.lock);
+	sheaf_mutex_unlock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 	xc_unmap(victims);
 }
 
 void sheaf_malloc_extent_cache_stat(size_t *count, size_t *bytes)
 {
-	pthread_mutex_lock(&xc.lock);
+	sheaf_mutex_lock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 	*count = xc.count;
 	*bytes = xc.bytes;
-	pthread_mutex_unlock(&xc.lock);
+	sheaf_mutex_unlock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 }
 
 /* ---- Extents --------------------------------------------------------------------- */
@@ -754,16 +754,35 @@ void *malloc_extent_resize(void *p, size_t len, size_t n)
 
 /* ---- fork (malloc.c's handlers) ------------------------------------------------------ */
 
-void malloc_extent_fork_lock(void)
+/* fork: ranks MALLOC_EXTENTS and MALLOC_SHARD of the lock table (base/lock.h). */
+static void fork_take_extents(void)
 {
-	pthread_mutex_lock(&xc.lock);
-	for (unsigned int i = 0; i < EXT_SHARDS; i++)
-		pthread_mutex_lock(&ext_shards[i].lock);
+	sheaf_mutex_lock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 }
 
-void malloc_extent_fork_unlock(void)
+static void fork_release_extents(bool child)
 {
+	(void)child;
+	sheaf_mutex_unlock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
+}
+
+static void fork_take_shards(void)
+{
+	for (unsigned int i = 0; i < EXT_SHARDS; i++)
+		sheaf_mutex_lock(&ext_shards[i].lock, SHEAF_LOCK_MALLOC_SHARD);
+}
+
+static void fork_release_shards(bool child)
+{
+	(void)child;
 	for (unsigned int i = EXT_SHARDS; i-- > 0;)
-		pthread_mutex_unlock(&ext_shards[i].lock);
-	pthread_mutex_unlock(&xc.lock);
+		sheaf_mutex_unlock(&ext_shards[i].lock, SHEAF_LOCK_MALLOC_SHARD);
+}
+
+void malloc_extent_fork_register(void)
+{
+	static const struct sheaf_fork_ops ext = { fork_take_extents, fork_release_extents };
+	static const struct sheaf_fork_ops shards = { fork_take_shards, fork_release_shards };
+	sheaf_fork_register(SHEAF_LOCK_MALLOC_EXTENTS, &ext);
+	sheaf_fork_register(SHEAF_LOCK_MALLOC_SHARD, &shards);
 }

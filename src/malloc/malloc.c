@@ -32,7 +32,8 @@
  *   sc_lock      class-cache creation; taken before the core's locks.
  *   xc.lock      the extent cache.
  *   shard locks  the extent registry, one per shard; never nested.
- * All are taken by the fork handlers in that order, so that a child never inherits a
+ * They are ranks MALLOC_CLASS, MALLOC_EXTENTS and MALLOC_SHARD of the lock table
+ * (base/lock.h, docs/locking.md), all taken by the fork walk, so that a child never inherits a
  * lock held by a thread that did not survive the fork.
  */
 #include <errno.h>
@@ -113,9 +114,6 @@ static bool core_down(void)
 	return sheaf_preload_fallback_alloc || sheaf_os_now_ns() - t < 1000000000ull;
 }
 
-static void fork_prepare(void);
-static void fork_parent(void);
-static void fork_child(void);
 
 static void class_name(char *buf, size_t cap, unsigned int i)
 {
@@ -126,10 +124,12 @@ static void class_name(char *buf, size_t cap, unsigned int i)
  * already creating one (the caller then uses the bootstrap arena). */
 static struct sheaf_cache *__attribute__((noinline)) class_create(unsigned int i)
 {
-	if (malloc_tls_creating)
+	/* Inside the core's initialisation (stdio, atexit, pthread_atfork allocate), the
+	 * core cannot be entered again and init_lock ranks after sc_lock (base/lock.h). */
+	if (malloc_tls_creating || sheaf_init_running_here())
 		return NULL;
 	int e = errno;
-	pthread_mutex_lock(&sc_lock);
+	sheaf_mutex_lock(&sc_lock, SHEAF_LOCK_MALLOC_CLASS);
 	struct sheaf_cache *c = atomic_load_explicit(&sheaf_malloc_classes[i], memory_order_acquire);
 	if (!c) {
 		char name[32];
@@ -161,34 +161,49 @@ static struct sheaf_cache *__attribute__((noinline)) class_create(unsigned int i
 			}
 		}
 	}
-	pthread_mutex_unlock(&sc_lock);
+	sheaf_mutex_unlock(&sc_lock, SHEAF_LOCK_MALLOC_CLASS);
 	if (c) {
 		errno = e;
-		/* After the first cache, so that the core's own handlers (set
-		 * up by its initialisation) are registered first: prepare
-		 * handlers run in reverse order, so ours take sc_lock before
-		 * the core's locks are taken, the order class_create uses.
-		 * pthread_atfork allocates: outside sc_lock. */
-		if (!atomic_exchange(&fork_handlers_registered, 1))
-			pthread_atfork(fork_prepare, fork_parent, fork_child);
+		malloc_fork_handlers_ensure();
 	}
 	return c;
 }
 
-/* The fork handlers must also protect the extent locks of a process that
- * has made no small allocation yet, or whose core could not start. */
+static void fork_take_class(void)
+{
+	sheaf_mutex_lock(&sc_lock, SHEAF_LOCK_MALLOC_CLASS);
+}
+
+static void fork_release_class(bool child)
+{
+	(void)child;
+	sheaf_mutex_unlock(&sc_lock, SHEAF_LOCK_MALLOC_CLASS);
+}
+
+/* fork: the front end's locks are ranks MALLOC_CLASS, MALLOC_EXTENTS and MALLOC_SHARD
+ * of the core's one table (base/lock.h), walked by the core's fork handlers with the
+ * rest, so that a child never inherits one that a thread which does not exist there was
+ * holding.  They are registered on the first allocation, also in a process whose core
+ * could not start (the extents still need them).  pthread_atfork allocates: never under
+ * sc_lock and never while this thread initialises the core. */
 void malloc_fork_handlers_ensure(void)
 {
 	if (sheaf_likely(atomic_load_explicit(&fork_handlers_registered, memory_order_relaxed)) ||
-	    malloc_tls_creating)
+	    malloc_tls_creating || sheaf_init_running_here())
 		return;
-	if (!core_down()) {
-		/* Start the core and register in the right order. */
-		if (class_create(0) || !atomic_load_explicit(&core_failed, memory_order_relaxed))
-			return;
+	if (atomic_exchange(&fork_handlers_registered, 1))
+		return;
+	static const struct sheaf_fork_ops cls = { fork_take_class, fork_release_class };
+	sheaf_fork_register(SHEAF_LOCK_MALLOC_CLASS, &cls);
+	malloc_extent_fork_register();
+	int r = sheaf_fork_handlers_install();
+	if (r != 0) {
+		/* The extent locks would be copied held into a child: say so. */
+		sheaf_os_print("sheaf: malloc: pthread_atfork failed (error %d): a child of fork "
+			       "may hang in malloc",
+			       r);
+		atomic_store(&fork_handlers_registered, 0);
 	}
-	if (!atomic_exchange(&fork_handlers_registered, 1))
-		pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 /* ---- Bootstrap arena ------------------------------------------------------------ */
@@ -573,26 +588,4 @@ void *sheaf_malloc_reallocarray(void *p, size_t nmemb, size_t size)
 		return NULL;
 	}
 	return sheaf_realloc(p, n);
-}
-
-/* ---- fork (design §7) ----------------------------------------------------------------- */
-
-/* Hold every front-end lock across fork, so the child never inherits one
- * that a thread which does not exist there was holding. */
-static void fork_prepare(void)
-{
-	pthread_mutex_lock(&sc_lock);
-	malloc_extent_fork_lock();
-}
-
-static void fork_parent(void)
-{
-	malloc_extent_fork_unlock();
-	pthread_mutex_unlock(&sc_lock);
-}
-
-static void fork_child(void)
-{
-	/* The forking thread is the owner of every lock in the child. */
-	fork_parent();
 }

@@ -52,7 +52,6 @@ void *malloc_extent_resize(void *p, size_t len, size_t n);
 size_t malloc_extent_lookup(const void *p, bool remove);
 /* A freed extent into the cache (or back to the OS). */
 void malloc_extent_put(void *p, size_t len);
-void malloc_extent_fork_lock(void);
-void malloc_extent_fork_unlock(void);
+void malloc_extent_fork_register(void); /* ranks MALLOC_EXTENTS, MALLOC_SHARD */
 
 #endif /* SHEAF_MALLOC_IMPL_H */

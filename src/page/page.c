@@ -62,9 +62,9 @@ static long heap_fail_countdown = -1;
 
 void sheaf_os_inject_heap_failure(long n)
 {
-	pthread_mutex_lock(&sheaf_heap.lock);
+	sheaf_mutex_lock(&sheaf_heap.lock, SHEAF_LOCK_HEAP);
 	heap_fail_countdown = n;
-	pthread_mutex_unlock(&sheaf_heap.lock);
+	sheaf_mutex_unlock(&sheaf_heap.lock, SHEAF_LOCK_HEAP);
 }
 
 #define HEAP_MAP_FLAGS (MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)
@@ -98,10 +98,10 @@ static void fast_limit_update_locked(void)
 
 void sheaf_page_fast_gate(bool closed)
 {
-	pthread_mutex_lock(&sheaf_heap.lock);
+	sheaf_mutex_lock(&sheaf_heap.lock, SHEAF_LOCK_HEAP);
 	sheaf_heap.gate_closed = closed;
 	fast_limit_update_locked();
-	pthread_mutex_unlock(&sheaf_heap.lock);
+	sheaf_mutex_unlock(&sheaf_heap.lock, SHEAF_LOCK_HEAP);
 }
 
 /* Cover @step more bytes of the window: map their page-map and descriptor slices.
@@ -210,9 +210,9 @@ int sheaf_page_init(void)
 	h->purge_order = (unsigned)sheaf_option_long(SHEAF_OPT_PURGE_ORDER);
 	if (h->purge_order > SHEAF_BLOCK_ORDER)
 		h->purge_order = SHEAF_BLOCK_ORDER;
-	pthread_mutex_lock(&h->lock);
+	sheaf_mutex_lock(&h->lock, SHEAF_LOCK_HEAP);
 	int r = window_place_locked((size_t)gb << 30);
-	pthread_mutex_unlock(&h->lock);
+	sheaf_mutex_unlock(&h->lock, SHEAF_LOCK_HEAP);
 	return r;
 }
 
@@ -422,10 +422,10 @@ void *sheaf_page_alloc(unsigned order, int nid)
 {
 	struct sheaf_heap *h = &sheaf_heap;
 	sheaf_assert_internal(order <= SHEAF_BLOCK_ORDER);
-	pthread_mutex_lock(&h->lock);
+	sheaf_mutex_lock(&h->lock, SHEAF_LOCK_HEAP);
 	if (sheaf_unlikely(heap_fail_countdown >= 0)) {
 		if (heap_fail_countdown == 0) {
-			pthread_mutex_unlock(&h->lock);
+			sheaf_mutex_unlock(&h->lock, SHEAF_LOCK_HEAP);
 			errno = ENOMEM;
 			return NULL;
 		}
@@ -447,7 +447,7 @@ void *sheaf_page_alloc(unsigned order, int nid)
 				if (from != nid && take_free_locked(from, order, &pg, &o, &dirty))
 					break;
 			if (from == SHEAF_MAX_NODES) {
-				pthread_mutex_unlock(&h->lock);
+				sheaf_mutex_unlock(&h->lock, SHEAF_LOCK_HEAP);
 				errno = ENOMEM;
 				return NULL;
 			}
@@ -460,7 +460,7 @@ void *sheaf_page_alloc(unsigned order, int nid)
 	}
 	h->mapped_bytes += SHEAF_PAGE_SIZE << order;
 	maybe_purge_locked();
-	pthread_mutex_unlock(&h->lock);
+	sheaf_mutex_unlock(&h->lock, SHEAF_LOCK_HEAP);
 	return page_addr(pg);
 }
 
@@ -470,7 +470,7 @@ void sheaf_page_free(void *p, unsigned order, int nid)
 	size_t pg = page_index(p);
 	int dirty = 1;
 	unsigned freed_order = order;
-	pthread_mutex_lock(&h->lock);
+	sheaf_mutex_lock(&h->lock, SHEAF_LOCK_HEAP);
 	h->mapped_bytes -= SHEAF_PAGE_SIZE << order;
 	while (order < SHEAF_BLOCK_ORDER) {
 		size_t buddy = pg ^ (1ul << order);
@@ -498,13 +498,13 @@ void sheaf_page_free(void *p, unsigned order, int nid)
 		mark_free_locked(pg, order, nid, dirty);
 	}
 	maybe_purge_locked();
-	pthread_mutex_unlock(&h->lock);
+	sheaf_mutex_unlock(&h->lock, SHEAF_LOCK_HEAP);
 }
 
 void sheaf_page_purge_all(void)
 {
 	struct sheaf_heap *h = &sheaf_heap;
-	pthread_mutex_lock(&h->lock);
+	sheaf_mutex_lock(&h->lock, SHEAF_LOCK_HEAP);
 	/* Every dirty run of any order, and every whole free block with its metadata. */
 	h->dirty_bytes = SIZE_MAX;
 	for (int n = 0; n < SHEAF_MAX_NODES; n++) {
@@ -522,5 +522,24 @@ void sheaf_page_purge_all(void)
 	}
 	purge_locked(0);
 	h->dirty_bytes = 0;
-	pthread_mutex_unlock(&h->lock);
+	sheaf_mutex_unlock(&h->lock, SHEAF_LOCK_HEAP);
+}
+
+/* ---- fork: rank HEAP (base/lock.h) ----------------------------------------------------- */
+
+static void fork_take_heap(void)
+{
+	sheaf_mutex_lock(&sheaf_heap.lock, SHEAF_LOCK_HEAP);
+}
+
+static void fork_release_heap(bool child)
+{
+	(void)child;
+	sheaf_mutex_unlock(&sheaf_heap.lock, SHEAF_LOCK_HEAP);
+}
+
+void sheaf_page_fork_register(void)
+{
+	static const struct sheaf_fork_ops ops = { fork_take_heap, fork_release_heap };
+	sheaf_fork_register(SHEAF_LOCK_HEAP, &ops);
 }

@@ -87,6 +87,7 @@ int sheaf_page_init(void);
 void *sheaf_page_alloc(unsigned order, int nid);       /* NULL + ENOMEM on failure */
 void sheaf_page_free(void *p, unsigned order, int nid);
 void sheaf_page_purge_all(void);                        /* purge dirty free blocks */
+void sheaf_page_fork_register(void); /* rank HEAP of the fork walk (base/lock.h) */
 /* Fault injection for tests: the next @n page allocations succeed, then every one
  * fails (as if the heap were full) until reset with -1. */
 void sheaf_os_inject_heap_failure(long n);

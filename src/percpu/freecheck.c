@@ -22,11 +22,11 @@ static bool sheaf_holds(const struct sheaf_sheaf *s, const void *obj);
 static bool prefilled_hold(struct sheaf_cache *c, const void *obj)
 {
 	bool found = false;
-	pthread_mutex_lock(&c->prefilled_lock);
+	sheaf_mutex_lock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
 	const struct sheaf_list *pos;
 	for (pos = c->prefilled.next; pos != &c->prefilled && !found; pos = pos->next)
 		found = sheaf_holds(sheaf_container_of(pos, struct sheaf_sheaf, link), obj);
-	pthread_mutex_unlock(&c->prefilled_lock);
+	sheaf_mutex_unlock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
 	return found;
 }
 

@@ -73,8 +73,10 @@ static bool thread_pcs_enter(struct sheaf_pcs *pcs)
 {
 	struct thread_pcs *tp = (struct thread_pcs *)pcs;
 	atomic_store(&tp->busy, 1);
-	if (sheaf_likely(!atomic_load(&fork_pending)))
+	if (sheaf_likely(!atomic_load(&fork_pending))) {
+		sheaf_witness_acquired_try(SHEAF_LOCK_PERCPU); /* never waits */
 		return true;
+	}
 	atomic_store_explicit(&tp->busy, 0, memory_order_release);
 	return false;
 }
@@ -82,6 +84,7 @@ static bool thread_pcs_enter(struct sheaf_pcs *pcs)
 static void thread_pcs_leave(struct sheaf_pcs *pcs)
 {
 	atomic_store_explicit(&((struct thread_pcs *)pcs)->busy, 0, memory_order_release);
+	sheaf_witness_release(SHEAF_LOCK_PERCPU);
 }
 
 static void tcache_destroy(struct sheaf_tcache *tc, bool owner_alive);
@@ -149,11 +152,23 @@ static struct sheaf_tcache *tcache_create(void)
 		return NULL;
 	tc->owner = pthread_self();
 	sheaf_list_init(&tc->link);
-	pthread_mutex_lock(&sheaf_reg.threads_lock);
+	/* The key's destructor is what drains the thread's sheaves at exit: without it
+	 * they would be stranded, so a thread that cannot set it gets no sheaves (every
+	 * operation then takes the slab path). */
+	int r = pthread_setspecific(sheaf_reg.tkey, tc);
+	if (r != 0) {
+		static atomic_int warned;
+		if (!atomic_exchange(&warned, 1))
+			sheaf_os_print("sheaf: pthread_setspecific failed (%s): this thread uses "
+				       "no sheaves",
+				       strerror(r));
+		sheaf_meta_free(tc, sizeof(*tc));
+		return NULL;
+	}
+	sheaf_mutex_lock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
 	sheaf_list_add(&tc->link, &sheaf_reg.threads);
-	pthread_mutex_unlock(&sheaf_reg.threads_lock);
+	sheaf_mutex_unlock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
 	tls_tc = tc;
-	pthread_setspecific(sheaf_reg.tkey, tc);
 	return tc;
 }
 
@@ -166,15 +181,21 @@ static struct sheaf_pcs *pcs_create(struct sheaf_cache *c, struct sheaf_tcache *
 		struct sheaf_pcs **t = sheaf_meta_alloc(n * sizeof(*t));
 		if (!t)
 			return NULL;
-		if (tc->pcs) {
-			memcpy(t, tc->pcs, tc->n * sizeof(*t));
-			sheaf_meta_free(tc->pcs, tc->n * sizeof(*t));
-		}
-		/* Published under caches_lock so destroy never sees a stale table. */
-		pthread_mutex_lock(&sheaf_reg.caches_lock);
+		/* Other threads read this table under caches_lock: destroy clears its
+		 * entries, fork waits on them.  So it is copied and replaced under that
+		 * lock (a destroy between an unlocked copy and the publication would be
+		 * lost), and the old table is freed only once nobody can read it: freeing
+		 * it first let fork and destroy read a freed table (issue 13). */
+		sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
+		struct sheaf_pcs **old = tc->pcs;
+		uint32_t old_n = tc->n;
+		if (old)
+			memcpy(t, old, old_n * sizeof(*t));
 		tc->pcs = t;
 		tc->n = n;
-		pthread_mutex_unlock(&sheaf_reg.caches_lock);
+		sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
+		if (old)
+			sheaf_meta_free(old, old_n * sizeof(*t));
 	}
 	struct thread_pcs *tp = sheaf_meta_alloc(sizeof(*tp));
 	if (!tp)
@@ -188,9 +209,9 @@ static struct sheaf_pcs *pcs_create(struct sheaf_cache *c, struct sheaf_tcache *
 	struct sheaf_node *kn = c->node[sheaf_g.node_mem_nid[pcs->node]];
 	pcs->key = (uintptr_t)kn;
 	sheaf_list_init(&pcs->link);
-	pthread_mutex_lock(&c->pcs_lock);
+	sheaf_mutex_lock(&c->pcs_lock, SHEAF_LOCK_PCS_LIST);
 	sheaf_list_add(&pcs->link, &c->pcs_list);
-	pthread_mutex_unlock(&c->pcs_lock);
+	sheaf_mutex_unlock(&c->pcs_lock, SHEAF_LOCK_PCS_LIST);
 	__atomic_store_n(&tc->pcs[c->id], pcs, __ATOMIC_RELEASE);
 	return pcs;
 }
@@ -286,6 +307,7 @@ static void cpu_unlock_slot(struct sheaf_cache *c, int k, struct sheaf_pcs *pcs)
 	if (pcs)
 		((struct cpu_pcs *)pcs)->holder = 0;
 	__atomic_store_n(cpu_slot(c, k), m, __ATOMIC_RELEASE);
+	sheaf_witness_release(SHEAF_LOCK_PERCPU);
 }
 
 /* The slow paths: lock the calling thread's current CPU, or NULL (held, no rseq CPU,
@@ -310,6 +332,7 @@ static struct sheaf_pcs *cpu_lock_local(struct sheaf_cache *c)
 	}
 	if (k < 0)
 		return NULL;
+	sheaf_witness_acquired_try(SHEAF_LOCK_PERCPU); /* yields at most: never blocks */
 	sheaf_assert_internal(k < sheaf_g.ncpus);
 	struct sheaf_pcs *pcs = cpu_locked(c, k, m, true);
 	if (!pcs) {
@@ -326,6 +349,7 @@ static struct sheaf_pcs *cpu_lock_local(struct sheaf_cache *c)
 static struct sheaf_sheaf *cpu_lock_slot_remote(struct sheaf_cache *c, int k, bool fence)
 {
 	struct sheaf_sheaf **slot = cpu_slot(c, k);
+	sheaf_witness_acquire(SHEAF_LOCK_PERCPU); /* may wait for the holder */
 	for (unsigned spin = 0;; spin++) {
 		struct sheaf_sheaf *m = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
 		if (m != &sheaf_sentinel_sheaf &&
@@ -436,23 +460,23 @@ static void pcs_free(struct sheaf_cache *c, struct sheaf_pcs *pcs, size_t bytes)
 /* Drain and free every pcs of @tc (thread exit, or a thread lost in fork). */
 static void tcache_destroy(struct sheaf_tcache *tc, bool owner_alive)
 {
-	pthread_mutex_lock(&sheaf_reg.caches_lock);
+	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	for (uint32_t i = 0; i < tc->n; i++) {
 		struct sheaf_pcs *pcs = tc->pcs[i];
 		if (!pcs)
 			continue;
 		struct sheaf_cache *c = pcs->cache;
-		pthread_mutex_lock(&c->pcs_lock);
+		sheaf_mutex_lock(&c->pcs_lock, SHEAF_LOCK_PCS_LIST);
 		sheaf_list_del(&pcs->link);
-		pthread_mutex_unlock(&c->pcs_lock);
+		sheaf_mutex_unlock(&c->pcs_lock, SHEAF_LOCK_PCS_LIST);
 		sheaf_pcs_drain(c, pcs, false);
 		pcs_free(c, pcs, sizeof(struct thread_pcs));
 		tc->pcs[i] = NULL;
 	}
-	pthread_mutex_unlock(&sheaf_reg.caches_lock);
-	pthread_mutex_lock(&sheaf_reg.threads_lock);
+	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
+	sheaf_mutex_lock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
 	sheaf_list_del(&tc->link);
-	pthread_mutex_unlock(&sheaf_reg.threads_lock);
+	sheaf_mutex_unlock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
 	/* Our own frees below must not look into the table being freed. */
 	if (owner_alive && tls_tc == tc)
 		tls_tc = NULL;
@@ -496,14 +520,14 @@ void sheaf_pcs_shrink_all(struct sheaf_cache *c)
 		return;
 	}
 	struct sheaf_pcs *mine = sheaf_pcs_current(c);
-	pthread_mutex_lock(&c->pcs_lock);
+	sheaf_mutex_lock(&c->pcs_lock, SHEAF_LOCK_PCS_LIST);
 	struct sheaf_list *pos;
 	for (pos = c->pcs_list.next; pos != &c->pcs_list; pos = pos->next) {
 		struct sheaf_pcs *pcs = sheaf_container_of(pos, struct sheaf_pcs, link);
 		if (pcs != mine)
 			atomic_store_explicit(&pcs->flush_req, 1, memory_order_relaxed);
 	}
-	pthread_mutex_unlock(&c->pcs_lock);
+	sheaf_mutex_unlock(&c->pcs_lock, SHEAF_LOCK_PCS_LIST);
 	if (mine && thread_pcs_enter(mine)) {
 		sheaf_pcs_harvest(mine);
 		sheaf_pcs_drain(c, mine, true);
@@ -520,25 +544,25 @@ void sheaf_pcs_shrink_all(struct sheaf_cache *c)
 /* Destroy: drain and free every pcs (no concurrent use of @c, by contract). */
 void sheaf_pcs_teardown_cache(struct sheaf_cache *c)
 {
-	pthread_mutex_lock(&sheaf_reg.caches_lock);
-	pthread_mutex_lock(&sheaf_reg.threads_lock);
+	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
+	sheaf_mutex_lock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
 	struct sheaf_list *pos;
 	for (pos = sheaf_reg.threads.next; pos != &sheaf_reg.threads; pos = pos->next) {
 		struct sheaf_tcache *tc = sheaf_container_of(pos, struct sheaf_tcache, link);
 		if (c->id < tc->n)
 			__atomic_store_n(&tc->pcs[c->id], NULL, __ATOMIC_RELEASE);
 	}
-	pthread_mutex_unlock(&sheaf_reg.threads_lock);
+	sheaf_mutex_unlock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
 	/* Take the list out under pcs_lock, drain outside it: draining frees metadata,
 	 * whose caches' list locks fork takes after every pcs_lock (design §4). */
 	struct sheaf_list gone, *tmp;
 	sheaf_list_init(&gone);
-	pthread_mutex_lock(&c->pcs_lock);
+	sheaf_mutex_lock(&c->pcs_lock, SHEAF_LOCK_PCS_LIST);
 	sheaf_list_for_each_safe(pos, tmp, &c->pcs_list) {
 		sheaf_list_del(pos);
 		sheaf_list_add(pos, &gone);
 	}
-	pthread_mutex_unlock(&c->pcs_lock);
+	sheaf_mutex_unlock(&c->pcs_lock, SHEAF_LOCK_PCS_LIST);
 	sheaf_list_for_each_safe(pos, tmp, &gone) {
 		struct sheaf_pcs *pcs = sheaf_container_of(pos, struct sheaf_pcs, link);
 		sheaf_list_del(&pcs->link);
@@ -550,6 +574,9 @@ void sheaf_pcs_teardown_cache(struct sheaf_cache *c)
 		 * leaked object (destroy kept the cache) takes the slab path. */
 		for (int k = 0; k < sheaf_g.ncpus; k++) {
 			struct sheaf_pcs *pcs = cpu_lock_remote(c, k);
+			/* Locked for good (above): the witness no longer counts it as this
+			 * thread's. */
+			sheaf_witness_release(SHEAF_LOCK_PERCPU);
 			if (!pcs)
 				continue;
 			sheaf_pcs_drain(c, pcs, true);
@@ -560,7 +587,7 @@ void sheaf_pcs_teardown_cache(struct sheaf_cache *c)
 		c->cpu_pcs = NULL;
 		sheaf_meta_free(v, (size_t)sheaf_g.ncpus * sizeof(*v));
 	}
-	pthread_mutex_unlock(&sheaf_reg.caches_lock);
+	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 }
 
 /* Run @fn on every pcs of @c (statistics; racy reads of sheaf sizes are fine). */
@@ -577,11 +604,11 @@ void sheaf_pcs_for_each(struct sheaf_cache *c,
 		}
 		return;
 	}
-	pthread_mutex_lock(&c->pcs_lock);
+	sheaf_mutex_lock(&c->pcs_lock, SHEAF_LOCK_PCS_LIST);
 	struct sheaf_list *pos;
 	for (pos = c->pcs_list.next; pos != &c->pcs_list; pos = pos->next)
 		fn(c, sheaf_container_of(pos, struct sheaf_pcs, link), arg);
-	pthread_mutex_unlock(&c->pcs_lock);
+	sheaf_mutex_unlock(&c->pcs_lock, SHEAF_LOCK_PCS_LIST);
 }
 
 int sheaf_pcs_setup_cache(struct sheaf_cache *c)
@@ -600,18 +627,34 @@ int sheaf_pcs_setup_cache(struct sheaf_cache *c)
 	return 0;
 }
 
-/* ---- fork (design §7) ------------------------------------------------------------- */
+/* ---- fork (design §7, the lock table in base/lock.h) --------------------------------- */
 
-/* Per-CPU mode: every CPU of every cache is locked by the forking thread, so no lock
- * holder can be halfway through changing a CPU's sheaves when the child is created
- * (the child has no thread to finish the change).  No membarrier is needed: nothing
- * here changes a main sheaf, and a fast path that commits on it meanwhile is just an
- * earlier operation.  Lock order: caches_lock, then these, then what
- * sheaf_caches_lock_all() takes (pcs_lock is not used by per-CPU mode). */
-static void fork_lock_cpus(void)
+/* Rank PERCPU, per-CPU mode: every CPU of every cache is locked by the forking thread,
+ * so no lock holder can be halfway through changing a CPU's sheaves when the child is
+ * created (the child has no thread to finish the change).  No membarrier is needed:
+ * nothing here changes a main sheaf, and a fast path that commits on it meanwhile is
+ * just an earlier operation.  caches_lock is held (rank CACHES).
+ * Per-thread mode: wait until no thread is inside its pcs (see struct thread_pcs);
+ * threads_lock (rank THREADS) keeps the thread list, caches_lock every table, in place. */
+static void fork_take_percpu(void)
 {
-	if (sheaf_reg.mode != SHEAF_MODE_PERCPU)
+	if (sheaf_reg.mode != SHEAF_MODE_PERCPU) {
+		atomic_store(&fork_pending, 1);
+		struct sheaf_list *pos;
+		for (pos = sheaf_reg.threads.next; pos != &sheaf_reg.threads; pos = pos->next) {
+			struct sheaf_tcache *tc = sheaf_container_of(pos, struct sheaf_tcache, link);
+			for (uint32_t i = 0; i < tc->n; i++) {
+				/* Acquire: pairs with pcs_create's release publication, so
+				 * the new pcs (zeroed by the metadata allocator) is seen
+				 * initialised. */
+				struct thread_pcs *tp = (struct thread_pcs *)__atomic_load_n(
+					&tc->pcs[i], __ATOMIC_ACQUIRE);
+				for (unsigned spin = 0; tp && atomic_load(&tp->busy); spin++)
+					spin < 64 ? cpu_relax() : (void)sched_yield();
+			}
+		}
 		return;
+	}
 	struct sheaf_list *pos;
 	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next) {
 		struct sheaf_cache *c = sheaf_container_of(pos, struct sheaf_cache, cache_list);
@@ -624,10 +667,12 @@ static void fork_lock_cpus(void)
 	}
 }
 
-static void fork_unlock_cpus(bool child)
+static void fork_release_percpu(bool child)
 {
-	if (sheaf_reg.mode != SHEAF_MODE_PERCPU)
+	if (sheaf_reg.mode != SHEAF_MODE_PERCPU) {
+		atomic_store(&fork_pending, 0);
 		return;
+	}
 	pthread_t self = pthread_self();
 	struct sheaf_list *pos;
 	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next) {
@@ -651,89 +696,75 @@ static void fork_unlock_cpus(bool child)
 		sheaf_rseq_fork_child();
 }
 
-/* Per-thread mode: wait until no thread is inside its pcs (see struct thread_pcs).
- * Called with caches_lock held, which keeps every tcache table in place. */
-static void fork_quiesce_threads(void)
+/* Rank PCS_LIST: every cache's list of per-thread pcs. */
+static void fork_take_pcs_lists(void)
 {
-	if (sheaf_reg.mode != SHEAF_MODE_PERTHREAD)
-		return;
-	atomic_store(&fork_pending, 1);
-	pthread_mutex_lock(&sheaf_reg.threads_lock);
 	struct sheaf_list *pos;
-	for (pos = sheaf_reg.threads.next; pos != &sheaf_reg.threads; pos = pos->next) {
-		struct sheaf_tcache *tc = sheaf_container_of(pos, struct sheaf_tcache, link);
-		for (uint32_t i = 0; i < tc->n; i++) {
-			/* Acquire: pairs with pcs_create's release publication, so the new
-			 * pcs (zeroed by the metadata allocator) is seen initialised. */
-			struct thread_pcs *tp = (struct thread_pcs *)__atomic_load_n(&tc->pcs[i], __ATOMIC_ACQUIRE);
-			for (unsigned spin = 0; tp && atomic_load(&tp->busy); spin++)
-				spin < 64 ? cpu_relax() : (void)sched_yield();
-		}
-	}
-	pthread_mutex_unlock(&sheaf_reg.threads_lock);
+	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next)
+		sheaf_mutex_lock(&sheaf_container_of(pos, struct sheaf_cache, cache_list)->pcs_lock,
+				 SHEAF_LOCK_PCS_LIST);
 }
 
-void sheaf_percpu_fork_prepare(void)
+static void fork_release_pcs_lists(bool child)
 {
-	pthread_mutex_lock(&sheaf_reg.caches_lock);
-	fork_quiesce_threads();
-	fork_lock_cpus();
-	sheaf_caches_lock_all();
-	pthread_mutex_lock(&sheaf_reg.threads_lock);
-	pthread_mutex_lock(&sheaf_heap.lock);
+	(void)child;
+	struct sheaf_list *pos;
+	for (pos = sheaf_reg.caches.prev; pos != &sheaf_reg.caches; pos = pos->prev)
+		sheaf_mutex_unlock(&sheaf_container_of(pos, struct sheaf_cache, cache_list)->pcs_lock,
+				   SHEAF_LOCK_PCS_LIST);
 }
 
-static void fork_release(bool child)
+static void fork_take_threads(void)
 {
-	pthread_mutex_unlock(&sheaf_heap.lock);
-	pthread_mutex_unlock(&sheaf_reg.threads_lock);
-	sheaf_caches_unlock_all();
-	fork_unlock_cpus(child);
-	atomic_store(&fork_pending, 0);
-	pthread_mutex_unlock(&sheaf_reg.caches_lock);
+	sheaf_mutex_lock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
 }
-
-void sheaf_percpu_fork_parent(void)
-{
-	fork_release(false);
-}
-
 
 static sheaf_noinline void drain_fork_orphans(void)
 {
 	for (;;) {
 		struct sheaf_tcache *victim = NULL;
-		pthread_mutex_lock(&sheaf_reg.threads_lock);
+		sheaf_mutex_lock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
 		if (!sheaf_list_empty(&fork_orphans))
 			victim = sheaf_list_first(&fork_orphans, struct sheaf_tcache, link);
 		else
 			atomic_store(&fork_orphans_pending, 0);
-		pthread_mutex_unlock(&sheaf_reg.threads_lock);
+		sheaf_mutex_unlock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
 		if (!victim)
 			break;
 		tcache_destroy(victim, false); /* unlinks it from fork_orphans */
 	}
 }
 
-void sheaf_percpu_fork_child(void)
+/* In the child, threads other than this one are gone: their cached objects return to
+ * the barns (lazily, see fork_orphans) instead of being stranded.  Still under
+ * threads_lock here. */
+static void fork_release_threads(bool child)
 {
-	fork_release(true);
-	/* Threads other than this one are gone: their cached objects return to the barns
-	 * (lazily, see fork_orphans) instead of being stranded. */
-	struct sheaf_tcache *mine = tls_tc;
-	pthread_mutex_lock(&sheaf_reg.threads_lock);
-	struct sheaf_list *pos, *tmp;
-	sheaf_list_for_each_safe(pos, tmp, &sheaf_reg.threads)
-	{
-		struct sheaf_tcache *tc = sheaf_container_of(pos, struct sheaf_tcache, link);
-		if (tc == mine)
-			continue;
-		sheaf_list_del(&tc->link);
-		sheaf_list_add(&tc->link, &fork_orphans);
+	if (child) {
+		struct sheaf_tcache *mine = tls_tc;
+		struct sheaf_list *pos, *tmp;
+		sheaf_list_for_each_safe(pos, tmp, &sheaf_reg.threads)
+		{
+			struct sheaf_tcache *tc = sheaf_container_of(pos, struct sheaf_tcache, link);
+			if (tc == mine)
+				continue;
+			sheaf_list_del(&tc->link);
+			sheaf_list_add(&tc->link, &fork_orphans);
+		}
+		if (!sheaf_list_empty(&fork_orphans))
+			atomic_store(&fork_orphans_pending, 1);
 	}
-	if (!sheaf_list_empty(&fork_orphans))
-		atomic_store(&fork_orphans_pending, 1);
-	pthread_mutex_unlock(&sheaf_reg.threads_lock);
+	sheaf_mutex_unlock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
+}
+
+void sheaf_percpu_fork_register(void)
+{
+	static const struct sheaf_fork_ops threads = { fork_take_threads, fork_release_threads };
+	static const struct sheaf_fork_ops lists = { fork_take_pcs_lists, fork_release_pcs_lists };
+	static const struct sheaf_fork_ops percpu = { fork_take_percpu, fork_release_percpu };
+	sheaf_fork_register(SHEAF_LOCK_THREADS, &threads);
+	sheaf_fork_register(SHEAF_LOCK_PCS_LIST, &lists);
+	sheaf_fork_register(SHEAF_LOCK_PERCPU, &percpu);
 }
 
 /* ---- The reaper's probe (reaper.c) ---------------------------------------------- */
@@ -759,13 +790,13 @@ uint64_t sheaf_pcs_reap_signature(struct sheaf_cache *c)
 		}
 		return sig;
 	}
-	pthread_mutex_lock(&c->pcs_lock);
+	sheaf_mutex_lock(&c->pcs_lock, SHEAF_LOCK_PCS_LIST);
 	struct sheaf_list *pos;
 	for (pos = c->pcs_list.next; pos != &c->pcs_list; pos = pos->next) {
 		struct sheaf_pcs *pcs = sheaf_container_of(pos, struct sheaf_pcs, link);
 		sig = sheaf_sig_mix(pcs_signature(sig, pcs), sheaf_rd(pcs->cached));
 	}
-	pthread_mutex_unlock(&c->pcs_lock);
+	sheaf_mutex_unlock(&c->pcs_lock, SHEAF_LOCK_PCS_LIST);
 	return sig;
 }
 

@@ -151,12 +151,9 @@ int sheaf_pcs_setup_cache(struct sheaf_cache *c);   /* at create */
 void sheaf_pcs_teardown_cache(struct sheaf_cache *c); /* at destroy, after draining */
 /* Run fn on every cache of the registry, under caches_lock. */
 void sheaf_cache_for_each(void (*fn)(struct sheaf_cache *, void *), void *arg);
-/* fork: every cache's pcs_lock, barn and list locks (caches_lock held by the caller). */
-void sheaf_caches_lock_all(void);
-void sheaf_caches_unlock_all(void);
-void sheaf_percpu_fork_prepare(void);
-void sheaf_percpu_fork_parent(void);
-void sheaf_percpu_fork_child(void);
+/* fork: this layer's ranks THREADS, PCS_LIST and PERCPU of the lock table
+ * (base/lock.h), registered by the initialisation. */
+void sheaf_percpu_fork_register(void);
 /* Why the active mode was chosen ("forced by SHEAF_PERCPU=thread", "glibc rseq ..."). */
 const char *sheaf_percpu_mode_reason(void);
 /* Set when a checker wants to see every free (debug objects); frees then take the

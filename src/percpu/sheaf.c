@@ -163,9 +163,9 @@ void sheaf_capacity_adapt(struct sheaf_cache *c, int dir)
 	/* The barns' limits are in bytes of objects: fewer, larger sheaves (D6). */
 	for (int i = 0; i < sheaf_g.nnodes; i++) {
 		struct sheaf_barn *b = c->node[i]->barn;
-		pthread_mutex_lock(&b->lock);
+		sheaf_mutex_lock(&b->lock, SHEAF_LOCK_BARN);
 		sheaf_barn_set_limits(b, (size_t)cap * c->slot_size);
-		pthread_mutex_unlock(&b->lock);
+		sheaf_mutex_unlock(&b->lock, SHEAF_LOCK_BARN);
 	}
 	/* D2: sheaves of the old capacity drain lazily. */
 	atomic_store_explicit(&c->sheaf_capacity, cap, memory_order_relaxed);

@@ -25,7 +25,7 @@ struct taken {
 static void take_one(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
 {
 	struct taken *tk = arg;
-	pthread_mutex_lock(&pcs->rcu_lock);
+	sheaf_mutex_lock(&pcs->rcu_lock, SHEAF_LOCK_PCS_RCU);
 	struct sheaf_sheaf *s = pcs->rcu_free;
 	pcs->rcu_free = NULL;
 	if (s && s->size) {
@@ -36,7 +36,7 @@ static void take_one(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
 		s->flags &= ~SHEAF_SH_RCU;
 		sheaf_sheaf_free(c, s);
 	}
-	pthread_mutex_unlock(&pcs->rcu_lock);
+	sheaf_mutex_unlock(&pcs->rcu_lock, SHEAF_LOCK_PCS_RCU);
 }
 
 /* Take back everything of @c that waits for a grace period (see the top). */
@@ -46,11 +46,11 @@ static void cache_take(struct sheaf_cache *c, struct taken *tk)
 	units_init(&tk->u);
 	tk->submitted = 0;
 	tk->running = false;
-	pthread_mutex_lock(&sheaf_reg.caches_lock);
+	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	sheaf_pcs_for_each(c, take_one, tk);
-	pthread_mutex_unlock(&sheaf_reg.caches_lock);
+	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 
-	pthread_mutex_lock(&st->lock);
+	sheaf_mutex_lock(&st->lock, SHEAF_LOCK_RCU_STATE);
 	if (st->fb) {
 		struct rcu_batch *b = st->fb;
 		st->fb = NULL;
@@ -76,7 +76,7 @@ static void cache_take(struct sheaf_cache *c, struct taken *tk)
 			tk->running_seq = st->ticket_seq;
 		}
 	}
-	pthread_mutex_unlock(&st->lock);
+	sheaf_mutex_unlock(&st->lock, SHEAF_LOCK_RCU_STATE);
 }
 
 /* One grace period in this thread, then return what was taken. */
@@ -90,10 +90,10 @@ static void taken_finish(struct sheaf_cache *c, const struct rcu_ops *ops, struc
 	}
 	if (tk->running) {
 		struct rcu_state *st = c->rcu_priv;
-		pthread_mutex_lock(&st->lock);
+		sheaf_mutex_lock(&st->lock, SHEAF_LOCK_RCU_STATE);
 		while (st->ticket && st->ticket_seq == tk->running_seq)
 			pthread_cond_wait(&st->cv, &st->lock);
-		pthread_mutex_unlock(&st->lock);
+		sheaf_mutex_unlock(&st->lock, SHEAF_LOCK_RCU_STATE);
 	}
 }
 
@@ -117,9 +117,9 @@ SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 	if (online < 0)
 		return;
 
-	pthread_mutex_lock(&st->barrier_mutex);
+	sheaf_mutex_lock(&st->barrier_mutex, SHEAF_LOCK_RCU_BARRIER);
 	if (global) {
-		pthread_mutex_lock(&sheaf_reg.caches_lock);
+		sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 		if (all_caches) {
 			/* Seed 000 "before" (kvfree_rcu_barrier): every cache's rcu sheaves. */
 			struct sheaf_list *pos;
@@ -132,7 +132,7 @@ SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 		} else {
 			rcu_cache_flush_locked(c, NULL); /* Linux 7.0: this cache's sheaves */
 		}
-		pthread_mutex_unlock(&sheaf_reg.caches_lock);
+		sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 		/* K§4.4: the global rcu_barrier().  liburcu's returns at once inside a
 		 * read-side section; rcu_wait_prepare() excluded that and took an online QSBR
 		 * thread offline. */
@@ -141,7 +141,7 @@ SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 	struct taken tk;
 	cache_take(c, &tk);
 	taken_finish(c, ops, &tk);
-	pthread_mutex_unlock(&st->barrier_mutex);
+	sheaf_mutex_unlock(&st->barrier_mutex, SHEAF_LOCK_RCU_BARRIER);
 	rcu_wait_finish(ops, online);
 }
 

@@ -18,6 +18,12 @@
 /* Register this layer's hooks in the layers below; sheaf_init calls it before it
  * creates any cache. */
 void sheaf_rcu_init(void);
+/* fork (base/lock.h): ranks RCU_WARM and RCU_STATE; RCU_BARRIER from the cache layer's
+ * CACHES walk (with caches_lock held: try-lock every barrier mutex, false if one is
+ * busy, nothing then held). */
+void sheaf_rcu_fork_register(void);
+bool sheaf_rcu_fork_trylock_barriers(void);
+void sheaf_rcu_fork_unlock_barriers(void);
 void sheaf_rcu_cache_init(struct sheaf_cache *c);
 void sheaf_rcu_cache_fini(struct sheaf_cache *c);  /* after the per-cache barrier */
 /* Submit the pcs's partly filled rcu_free sheaf (thread exit, shrink, barrier). */

@@ -68,9 +68,9 @@
  *  - Callbacks run on the call_rcu worker and use only barn, slab and metadata
  *    functions, never a pcs, so they are correct in the per-thread and per-CPU modes.
  *
- * Lock order: rcu_state.barrier_mutex -> sheaf_reg.caches_lock -> cache->pcs_lock ->
- * pcs->rcu_lock -> barn/list locks (getting an empty sheaf) -> rcu_state.lock ->
- * metadata locks.  Callbacks take barn or list locks, then rcu_state.lock, never a pcs.
+ * Lock order (ranks of base/lock.h): RCU_BARRIER -> CACHES -> PCS_LIST / PERCPU ->
+ * PCS_RCU -> BARN / LIST (getting an empty sheaf) -> RCU_STATE -> META_LIST.  Callbacks
+ * take barn or list locks, then rcu_state.lock, never a pcs.
  *
  * TSan: the hand-off from the submitting thread to the callback goes through liburcu's
  * uninstrumented queue, so it is annotated with __tsan_release/__tsan_acquire on the
@@ -86,12 +86,17 @@
 const struct rcu_ops rcu_flavors[] = {
 	[SHEAF_RCU_MEMB] = { urcu_memb_call_rcu, urcu_memb_barrier, urcu_memb_synchronize_rcu,
 			     urcu_memb_read_ongoing, urcu_memb_get_default_call_rcu_data, NULL,
-			     NULL },
+			     NULL, urcu_memb_call_rcu_before_fork, urcu_memb_call_rcu_after_fork_parent,
+			     urcu_memb_call_rcu_after_fork_child },
 	[SHEAF_RCU_MB] = { urcu_mb_call_rcu, urcu_mb_barrier, urcu_mb_synchronize_rcu,
-			   urcu_mb_read_ongoing, urcu_mb_get_default_call_rcu_data, NULL, NULL },
+			   urcu_mb_read_ongoing, urcu_mb_get_default_call_rcu_data, NULL, NULL,
+			   urcu_mb_call_rcu_before_fork, urcu_mb_call_rcu_after_fork_parent,
+			   urcu_mb_call_rcu_after_fork_child },
 	[SHEAF_RCU_QSBR] = { urcu_qsbr_call_rcu, urcu_qsbr_barrier, urcu_qsbr_synchronize_rcu,
 			     urcu_qsbr_read_ongoing, urcu_qsbr_get_default_call_rcu_data,
-			     urcu_qsbr_thread_offline, urcu_qsbr_thread_online },
+			     urcu_qsbr_thread_offline, urcu_qsbr_thread_online,
+			     urcu_qsbr_call_rcu_before_fork, urcu_qsbr_call_rcu_after_fork_parent,
+			     urcu_qsbr_call_rcu_after_fork_child },
 };
 
 /* The flavour (low byte) and whether it is in use (FLAVOR_USED): one word, so that
@@ -103,6 +108,10 @@ atomic_uint rcu_flavor_word = SHEAF_RCU_MEMB;
  * frees): the library destructor waits for them (see rcu_free_unload()). */
 atomic_long rcu_cbs_pending;
 atomic_int rcu_warm_pid; /* the process whose call_rcu worker exists (not a fork child) */
+/* Serialises the creation of the flavour's call_rcu worker (rcu_use) against fork: a
+ * fork while another thread is inside get_default_call_rcu_data() would give the child
+ * liburcu's call_rcu mutex held by a thread it does not have. */
+static pthread_mutex_t warm_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- Flavour ----------------------------------------------------------------------- */
 
@@ -126,11 +135,15 @@ const struct rcu_ops *rcu_use(void)
 	unsigned w = atomic_load_explicit(&rcu_flavor_word, memory_order_acquire);
 	if (sheaf_likely(w & FLAVOR_WARM))
 		return &rcu_flavors[w & FLAVOR_MASK];
+	sheaf_mutex_lock(&warm_lock, SHEAF_LOCK_RCU_WARM);
 	w = atomic_fetch_or(&rcu_flavor_word, FLAVOR_USED) | FLAVOR_USED;
 	const struct rcu_ops *ops = &rcu_flavors[w & FLAVOR_MASK];
-	(void)ops->warm(); /* thread-safe and idempotent in liburcu */
-	atomic_store(&rcu_warm_pid, (int)getpid());
-	atomic_fetch_or(&rcu_flavor_word, FLAVOR_WARM);
+	if (!(w & FLAVOR_WARM)) {
+		(void)ops->warm(); /* thread-safe and idempotent in liburcu */
+		atomic_store(&rcu_warm_pid, (int)getpid());
+		atomic_fetch_or(&rcu_flavor_word, FLAVOR_WARM);
+	}
+	sheaf_mutex_unlock(&warm_lock, SHEAF_LOCK_RCU_WARM);
 	return ops;
 }
 
@@ -186,11 +199,11 @@ static void pending_in_pcs(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *a
 	struct pending_arg *a = arg;
 	if (a->found)
 		return;
-	pthread_mutex_lock(&pcs->rcu_lock);
+	sheaf_mutex_lock(&pcs->rcu_lock, SHEAF_LOCK_PCS_RCU);
 	const struct sheaf_sheaf *s = pcs->rcu_free;
 	for (uint32_t i = 0; s && i < s->size && !a->found; i++)
 		a->found = s->objects[i] == a->obj;
-	pthread_mutex_unlock(&pcs->rcu_lock);
+	sheaf_mutex_unlock(&pcs->rcu_lock, SHEAF_LOCK_PCS_RCU);
 }
 
 /* Does @obj wait for a grace period after a free_rcu?  Every place of the path at the
@@ -205,7 +218,7 @@ bool sheaf_rcu_pending(struct sheaf_cache *c, const void *obj)
 	sheaf_pcs_for_each(c, pending_in_pcs, &a);
 	if (a.found)
 		return true;
-	pthread_mutex_lock(&st->lock);
+	sheaf_mutex_lock(&st->lock, SHEAF_LOCK_RCU_STATE);
 	a.found = units_hold(&st->next, obj);
 	for (uint32_t i = 0; st->fb && i < st->fb->n && !a.found; i++)
 		a.found = st->fb->objs[i] == obj;
@@ -216,7 +229,7 @@ bool sheaf_rcu_pending(struct sheaf_cache *c, const void *obj)
 		a.found = units_hold(&t->u, obj);
 		atomic_store(&t->state, TICKET_OPEN);
 	}
-	pthread_mutex_unlock(&st->lock);
+	sheaf_mutex_unlock(&st->lock, SHEAF_LOCK_RCU_STATE);
 	return a.found;
 }
 
@@ -244,9 +257,9 @@ void sheaf_rcu_cache_fini(struct sheaf_cache *c)
 	if (!st)
 		return;
 	/* Also waits for the last callback to leave st->lock (ticket_cb()). */
-	pthread_mutex_lock(&st->lock);
+	sheaf_mutex_lock(&st->lock, SHEAF_LOCK_RCU_STATE);
 	sheaf_assert(!st->ticket && !st->next.units && !st->fb);
-	pthread_mutex_unlock(&st->lock);
+	sheaf_mutex_unlock(&st->lock, SHEAF_LOCK_RCU_STATE);
 	pthread_mutex_destroy(&st->lock);
 	pthread_cond_destroy(&st->cv);
 	pthread_mutex_destroy(&st->barrier_mutex);
@@ -417,13 +430,13 @@ static void ticket_cb(struct rcu_head *head)
 	/* Everything that touches @c under st->lock, and nothing after it: a barrier that
 	 * sees this ticket finish (or the gauges drop, for its early return) may destroy the
 	 * cache at once, and sheaf_rcu_cache_fini() takes st->lock first. */
-	pthread_mutex_lock(&st->lock);
+	sheaf_mutex_lock(&st->lock, SHEAF_LOCK_RCU_STATE);
 	atomic_fetch_sub(&c->rcu_inflight_objects, objs);
 	atomic_fetch_sub(&c->rcu_inflight_sheaves, units);
 	st->ticket = NULL;
 	ticket_launch_locked(c, st);
 	pthread_cond_broadcast(&st->cv);
-	pthread_mutex_unlock(&st->lock);
+	sheaf_mutex_unlock(&st->lock, SHEAF_LOCK_RCU_STATE);
 	sheaf_meta_free(t, sizeof(*t));
 	atomic_fetch_sub(&rcu_cbs_pending, 1);
 }
@@ -436,12 +449,12 @@ static void submit_sheaf(struct sheaf_cache *c, struct sheaf_sheaf *s)
 {
 	struct rcu_state *st = c->rcu_priv;
 	sheaf_stat_atomic(c, SHEAF_STAT_RCU_SHEAF_QUEUED, 1);
-	pthread_mutex_lock(&st->lock);
+	sheaf_mutex_lock(&st->lock, SHEAF_LOCK_RCU_STATE);
 	sheaf_list_add_tail(&s->link, &st->next.sheaves);
 	st->next.units++;
 	atomic_fetch_add(&c->rcu_inflight_sheaves, 1);
 	ticket_launch_locked(c, st);
-	pthread_mutex_unlock(&st->lock);
+	sheaf_mutex_unlock(&st->lock, SHEAF_LOCK_RCU_STATE);
 }
 
 /* Called under st->lock: submit a fallback batch. */
@@ -483,7 +496,7 @@ static void fallback_add(struct sheaf_cache *c, const struct rcu_ops *ops, void 
 		free_sync(c, ops, obj);
 		return;
 	}
-	pthread_mutex_lock(&st->lock);
+	sheaf_mutex_lock(&st->lock, SHEAF_LOCK_RCU_STATE);
 	struct rcu_batch *u = st->fb;
 	if (!u) {
 		/* Metadata allocation under st->lock: meta caches never take rcu locks. */
@@ -497,7 +510,7 @@ static void fallback_add(struct sheaf_cache *c, const struct rcu_ops *ops, void 
 			submit_batch_locked(c, st, u);
 		}
 	}
-	pthread_mutex_unlock(&st->lock);
+	sheaf_mutex_unlock(&st->lock, SHEAF_LOCK_RCU_STATE);
 	if (!u)
 		free_sync(c, ops, obj);
 }
@@ -505,12 +518,12 @@ static void fallback_add(struct sheaf_cache *c, const struct rcu_ops *ops, void 
 static void fallback_flush(struct sheaf_cache *c)
 {
 	struct rcu_state *st = c->rcu_priv;
-	pthread_mutex_lock(&st->lock);
+	sheaf_mutex_lock(&st->lock, SHEAF_LOCK_RCU_STATE);
 	struct rcu_batch *u = st->fb;
 	st->fb = NULL;
 	if (u)
 		submit_batch_locked(c, st, u);
-	pthread_mutex_unlock(&st->lock);
+	sheaf_mutex_unlock(&st->lock, SHEAF_LOCK_RCU_STATE);
 }
 
 /* An empty sheaf for rcu_free (K§4.2 step 2): the empty spare, an empty barn sheaf, or a
@@ -586,10 +599,10 @@ SHEAF_API void sheaf_cache_free_rcu(struct sheaf_cache *c, void *obj)
 	struct sheaf_pcs *pcs = (st && cap) ? sheaf_pcs_lock(c) : NULL;
 	struct sheaf_sheaf *s = NULL;
 	if (pcs) {
-		pthread_mutex_lock(&pcs->rcu_lock);
+		sheaf_mutex_lock(&pcs->rcu_lock, SHEAF_LOCK_PCS_RCU);
 		s = free_rcu_sheaf(c, pcs, cap);
 		if (!s) {
-			pthread_mutex_unlock(&pcs->rcu_lock);
+			sheaf_mutex_unlock(&pcs->rcu_lock, SHEAF_LOCK_PCS_RCU);
 			sheaf_pcs_unlock(c, pcs);
 		}
 	}
@@ -599,7 +612,7 @@ SHEAF_API void sheaf_cache_free_rcu(struct sheaf_cache *c, void *obj)
 		return;
 	}
 	if (sheaf_unlikely(sheaf_sheaf_top_is(s, obj))) {
-		pthread_mutex_unlock(&pcs->rcu_lock);
+		sheaf_mutex_unlock(&pcs->rcu_lock, SHEAF_LOCK_PCS_RCU);
 		sheaf_pcs_unlock(c, pcs);
 		atomic_fetch_sub(&c->rcu_inflight_objects, 1);
 		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "free_rcu of an object already free");
@@ -612,14 +625,14 @@ SHEAF_API void sheaf_cache_free_rcu(struct sheaf_cache *c, void *obj)
 		pcs->rcu_free = NULL;
 		submit_sheaf(c, s);
 	}
-	pthread_mutex_unlock(&pcs->rcu_lock);
+	sheaf_mutex_unlock(&pcs->rcu_lock, SHEAF_LOCK_PCS_RCU);
 	sheaf_pcs_unlock(c, pcs);
 }
 
 /* Detach and submit the pcs's partly filled rcu_free sheaf (under its rcu_lock). */
 static void flush_pcs(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 {
-	pthread_mutex_lock(&pcs->rcu_lock);
+	sheaf_mutex_lock(&pcs->rcu_lock, SHEAF_LOCK_PCS_RCU);
 	struct sheaf_sheaf *s = pcs->rcu_free;
 	pcs->rcu_free = NULL;
 	if (s && s->size) {
@@ -628,7 +641,7 @@ static void flush_pcs(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 		s->flags &= ~SHEAF_SH_RCU;
 		sheaf_sheaf_free(c, s);
 	}
-	pthread_mutex_unlock(&pcs->rcu_lock);
+	sheaf_mutex_unlock(&pcs->rcu_lock, SHEAF_LOCK_PCS_RCU);
 }
 
 void sheaf_rcu_flush_pcs(struct sheaf_cache *c, struct sheaf_pcs *pcs)
@@ -661,4 +674,115 @@ void sheaf_rcu_init(void)
 	sheaf_slab_hooks.defer_pages = sheaf_rcu_defer_pages;
 	sheaf_percpu_hooks.rcu_flush_pcs = sheaf_rcu_flush_pcs;
 	sheaf_percpu_hooks.rcu_pending = sheaf_rcu_pending;
+}
+
+/* ---- fork: liburcu's call_rcu worker, and ranks RCU_BARRIER, RCU_STATE (base/lock.h) --------
+ *
+ * liburcu's rule for fork (urcu/call-rcu.h): a process that uses call_rcu() calls
+ * call_rcu_before_fork() before fork, and call_rcu_after_fork_parent() /
+ * call_rcu_after_fork_child() after it.  Sheaf is the one calling call_rcu(), so it does
+ * this itself.  Without it the worker may be inside synchronize_rcu() when fork copies
+ * the process -- liburcu's reader registry then sits half moved onto the worker's stack,
+ * and the child's first grace period crashed in wait_for_readers() -- and the child has
+ * no worker, so its tickets would never come back.  before_fork waits until the worker
+ * is paused between callbacks; after_fork_child unlocks liburcu's call_rcu mutex and
+ * starts a new worker in the child, which takes over the callbacks queued in the parent.
+ *
+ * This is rank RCU_WARM, the first: the worker is paused before any Sheaf lock is
+ * taken (its callbacks take barn, list, rcu_state and metadata locks), and the child's
+ * worker is started after every other lock of the table is released in the child.  A
+ * program must then not also register liburcu's call_rcu fork functions itself (they
+ * take a mutex that stays held from before_fork to after_fork). */
+static int fork_paused; /* written by the forking thread only, around fork() */
+
+static void fork_take_warm(void)
+{
+	sheaf_mutex_lock(&warm_lock, SHEAF_LOCK_RCU_WARM);
+	unsigned w = atomic_load(&rcu_flavor_word);
+	fork_paused = (w & FLAVOR_WARM) && atomic_load(&rcu_warm_pid) == (int)getpid();
+#if defined(__SANITIZE_THREAD__)
+	/* ThreadSanitizer kills a child of a multi-threaded fork that starts a thread
+	 * (die_after_fork), and after_fork_child starts the worker: TSan builds keep the
+	 * worker running across fork, so their children must not wait for an RCU grace
+	 * period (tests/stress/test_fork_modes.c does not in TSan builds). */
+	fork_paused = 0;
+#endif
+	if (fork_paused)
+		rcu_flavors[w & FLAVOR_MASK].before_fork();
+}
+
+static void fork_release_warm(bool child)
+{
+	if (fork_paused && child) {
+		rcu_ops_cur()->after_fork_child();
+		atomic_store(&rcu_warm_pid, (int)getpid());
+	} else if (fork_paused) {
+		rcu_ops_cur()->after_fork_parent();
+	}
+	fork_paused = 0;
+	sheaf_mutex_unlock(&warm_lock, SHEAF_LOCK_RCU_WARM);
+}
+
+/* Rank RCU_BARRIER, from cache.c's CACHES walk (caches_lock held): try-lock every
+ * cache's barrier mutex; false (nothing held) when a barrier is running. */
+bool sheaf_rcu_fork_trylock_barriers(void)
+{
+	struct sheaf_list *pos;
+	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next) {
+		struct rcu_state *st =
+			sheaf_container_of(pos, struct sheaf_cache, cache_list)->rcu_priv;
+		if (!st || sheaf_mutex_trylock(&st->barrier_mutex, SHEAF_LOCK_RCU_BARRIER))
+			continue;
+		/* Let go of those taken so far. */
+		for (pos = pos->prev; pos != &sheaf_reg.caches; pos = pos->prev) {
+			st = sheaf_container_of(pos, struct sheaf_cache, cache_list)->rcu_priv;
+			if (st)
+				sheaf_mutex_unlock(&st->barrier_mutex, SHEAF_LOCK_RCU_BARRIER);
+		}
+		return false;
+	}
+	return true;
+}
+
+void sheaf_rcu_fork_unlock_barriers(void)
+{
+	struct sheaf_list *pos;
+	for (pos = sheaf_reg.caches.prev; pos != &sheaf_reg.caches; pos = pos->prev) {
+		struct rcu_state *st =
+			sheaf_container_of(pos, struct sheaf_cache, cache_list)->rcu_priv;
+		if (st)
+			sheaf_mutex_unlock(&st->barrier_mutex, SHEAF_LOCK_RCU_BARRIER);
+	}
+}
+
+/* Rank RCU_STATE: every cache's rcu_state.lock (caches_lock is held by the walk). */
+static void fork_take_state(void)
+{
+	struct sheaf_list *pos;
+	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next) {
+		struct rcu_state *st =
+			sheaf_container_of(pos, struct sheaf_cache, cache_list)->rcu_priv;
+		if (st)
+			sheaf_mutex_lock(&st->lock, SHEAF_LOCK_RCU_STATE);
+	}
+}
+
+static void fork_release_state(bool child)
+{
+	(void)child;
+	struct sheaf_list *pos;
+	for (pos = sheaf_reg.caches.prev; pos != &sheaf_reg.caches; pos = pos->prev) {
+		struct rcu_state *st =
+			sheaf_container_of(pos, struct sheaf_cache, cache_list)->rcu_priv;
+		if (st)
+			sheaf_mutex_unlock(&st->lock, SHEAF_LOCK_RCU_STATE);
+	}
+}
+
+void sheaf_rcu_fork_register(void)
+{
+	static const struct sheaf_fork_ops warm = { fork_take_warm, fork_release_warm };
+	static const struct sheaf_fork_ops state = { fork_take_state, fork_release_state };
+	sheaf_fork_register(SHEAF_LOCK_RCU_WARM, &warm);
+	sheaf_fork_register(SHEAF_LOCK_RCU_STATE, &state);
 }

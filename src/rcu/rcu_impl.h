@@ -17,11 +17,17 @@
  * can be included per file; the other flavours' entry points are declared here with
  * the signatures of liburcu's ABI (liburcu-mb.so, liburcu-qsbr.so, 0.13). */
 void urcu_mb_call_rcu(struct rcu_head *head, void (*func)(struct rcu_head *head));
+void urcu_mb_call_rcu_before_fork(void);
+void urcu_mb_call_rcu_after_fork_parent(void);
+void urcu_mb_call_rcu_after_fork_child(void);
 void urcu_mb_barrier(void);
 void urcu_mb_synchronize_rcu(void);
 int urcu_mb_read_ongoing(void);
 struct call_rcu_data *urcu_mb_get_default_call_rcu_data(void);
 void urcu_qsbr_call_rcu(struct rcu_head *head, void (*func)(struct rcu_head *head));
+void urcu_qsbr_call_rcu_before_fork(void);
+void urcu_qsbr_call_rcu_after_fork_parent(void);
+void urcu_qsbr_call_rcu_after_fork_child(void);
 void urcu_qsbr_barrier(void);
 void urcu_qsbr_synchronize_rcu(void);
 int urcu_qsbr_read_ongoing(void);
@@ -37,6 +43,9 @@ struct rcu_ops {
 	struct call_rcu_data *(*warm)(void); /* get_default_call_rcu_data() */
 	void (*offline)(void);		     /* QSBR only */
 	void (*online)(void);
+	void (*before_fork)(void);	     /* call_rcu_before_fork() and the two after it */
+	void (*after_fork_parent)(void);
+	void (*after_fork_child)(void);
 };
 
 extern const struct rcu_ops rcu_flavors[];

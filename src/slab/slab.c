@@ -170,7 +170,7 @@ static void slab_free_chain(struct sheaf_cache *c, struct sheaf_slab *s, uint32_
 		uint32_t inuse = SHEAF_FC_INUSE(old);
 		if (sheaf_unlikely(cnt > inuse || SHEAF_FC_HEAD(old) == head)) {
 			if (locked)
-				pthread_mutex_unlock(&n->list_lock);
+				sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
 			sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj_at(c, s, head),
 				    "the slab has fewer objects in use than are freed to it");
 			return;
@@ -180,7 +180,7 @@ static void slab_free_chain(struct sheaf_cache *c, struct sheaf_slab *s, uint32_
 		if ((was_full || new_inuse == 0) && !locked) {
 			/* Take list_lock before the update so that no allocation can pick
 			 * this slab between our update and the list change (K§2.7 step 1). */
-			pthread_mutex_lock(&n->list_lock);
+			sheaf_mutex_lock(&n->list_lock, sheaf_node_lock_id(n));
 			locked = true;
 			continue;
 		}
@@ -194,13 +194,13 @@ static void slab_free_chain(struct sheaf_cache *c, struct sheaf_slab *s, uint32_
 	if (!locked)
 		return;
 	if (SHEAF_FC_FROZEN(old)) {
-		pthread_mutex_unlock(&n->list_lock);
+		sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
 		return;
 	}
 	if (new_inuse == 0 && (s->sl_on_partial || was_full) && n->nr_partial >= c->min_partial) {
 		if (s->sl_on_partial)
 			remove_partial(n, s);
-		pthread_mutex_unlock(&n->list_lock);
+		sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
 		sheaf_stat_atomic(c, SHEAF_STAT_FREE_REMOVE_PARTIAL, 1);
 		slab_discard(c, s);
 		return;
@@ -209,7 +209,7 @@ static void slab_free_chain(struct sheaf_cache *c, struct sheaf_slab *s, uint32_
 		add_partial(n, s, true);
 		sheaf_stat_atomic(c, SHEAF_STAT_FREE_ADD_PARTIAL, 1);
 	}
-	pthread_mutex_unlock(&n->list_lock);
+	sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
 }
 
 /* Index of @q in @s if @q is exactly the start of one of its objects (no division:
@@ -257,7 +257,7 @@ bool sheaf_slab_holds_free(struct sheaf_cache *c, const void *obj)
 	 * front.  The walk is bounded by the object count whatever the list holds. */
 	struct sheaf_node *n = s->sl_node;
 	bool found = false;
-	pthread_mutex_lock(&n->list_lock);
+	sheaf_mutex_lock(&n->list_lock, sheaf_node_lock_id(n));
 	uint64_t fc = FC_LOAD(s);
 	uint32_t objects = SHEAF_FC_OBJECTS(fc), steps = 0;
 	for (uint32_t i = SHEAF_FC_HEAD(fc); i != SHEAF_FL_END && i < objects && steps <= objects; steps++) {
@@ -267,7 +267,7 @@ bool sheaf_slab_holds_free(struct sheaf_cache *c, const void *obj)
 		}
 		i = fp_get(c, slot_at(c, s, i));
 	}
-	pthread_mutex_unlock(&n->list_lock);
+	sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
 	return found;
 }
 
@@ -338,10 +338,10 @@ static void *slab_pop_locked(struct sheaf_cache *c, struct sheaf_node *n, struct
 		if (sheaf_unlikely(next != SHEAF_FL_END && next >= objects)) {
 			remove_partial(n, s);
 			atomic_fetch_or_explicit(&s->sl_fc, SHEAF_FC_MAKE(0, 0, 0, 1), memory_order_relaxed);
-			pthread_mutex_unlock(&n->list_lock);
+			sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
 			sheaf_error(SHEAF_ERR_CORRUPTION, c->name, obj_at(c, s, head),
 				    "free list corrupted in this free object (write after free?)");
-			pthread_mutex_lock(&n->list_lock);
+			sheaf_mutex_lock(&n->list_lock, sheaf_node_lock_id(n));
 			return NULL;
 		}
 		uint64_t nw = SHEAF_FC_MAKE(next, SHEAF_FC_INUSE(old) + 1, objects, 0);
@@ -358,25 +358,25 @@ static void *slab_pop_locked(struct sheaf_cache *c, struct sheaf_node *n, struct
 void *sheaf_slab_alloc_one(struct sheaf_cache *c, struct sheaf_node *n)
 {
 	if (sheaf_rd(n->nr_partial)) {
-		pthread_mutex_lock(&n->list_lock);
+		sheaf_mutex_lock(&n->list_lock, sheaf_node_lock_id(n));
 		while (!sheaf_list_empty(&n->partial)) {
 			struct sheaf_slab *s = sheaf_list_first(&n->partial, struct sheaf_slab, sl_list);
 			void *obj = slab_pop_locked(c, n, s);
 			if (obj) {
-				pthread_mutex_unlock(&n->list_lock);
+				sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
 				return obj;
 			}
 		}
-		pthread_mutex_unlock(&n->list_lock);
+		sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
 	}
 	void *obj;
 	struct sheaf_slab *s = slab_new(c, n, &obj, 1);
 	if (!s)
 		return NULL;
 	if (c->objs_per_slab > 1) {
-		pthread_mutex_lock(&n->list_lock);
+		sheaf_mutex_lock(&n->list_lock, sheaf_node_lock_id(n));
 		add_partial(n, s, false);
-		pthread_mutex_unlock(&n->list_lock);
+		sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
 	}
 	return obj;
 }
@@ -389,7 +389,7 @@ unsigned sheaf_slab_refill(struct sheaf_cache *c, struct sheaf_node *n, void **o
 	if (sheaf_rd(n->nr_partial)) {
 		/* K§2.3 step 1: isolate enough partial slabs under one list_lock hold. */
 		unsigned est = 0;
-		pthread_mutex_lock(&n->list_lock);
+		sheaf_mutex_lock(&n->list_lock, sheaf_node_lock_id(n));
 		while (!sheaf_list_empty(&n->partial) && est < max) {
 			struct sheaf_slab *s = sheaf_list_first(&n->partial, struct sheaf_slab, sl_list);
 			uint64_t fc = FC_LOAD(s);
@@ -400,7 +400,7 @@ unsigned sheaf_slab_refill(struct sheaf_cache *c, struct sheaf_node *n, void **o
 			sheaf_list_add_tail(&s->sl_list, &iso);
 			est += freecnt;
 		}
-		pthread_mutex_unlock(&n->list_lock);
+		sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
 	}
 	/* Step 2: take each isolated slab's whole freelist in one CAS; return the surplus. */
 	struct sheaf_list *pos, *tmp;
@@ -455,14 +455,14 @@ unsigned sheaf_slab_refill(struct sheaf_cache *c, struct sheaf_node *n, void **o
 	}
 	if (!sheaf_list_empty(&unused)) {
 		/* Step 3: unused isolated slabs go back to the head of the list. */
-		pthread_mutex_lock(&n->list_lock);
+		sheaf_mutex_lock(&n->list_lock, sheaf_node_lock_id(n));
 		sheaf_list_for_each_safe(pos, tmp, &unused)
 		{
 			struct sheaf_slab *s = sheaf_container_of(pos, struct sheaf_slab, sl_list);
 			sheaf_list_del(&s->sl_list);
 			add_partial(n, s, false);
 		}
-		pthread_mutex_unlock(&n->list_lock);
+		sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
 	}
 	/* Step 5: new slabs until min is reached. */
 	while (got < min) {
@@ -472,9 +472,9 @@ unsigned sheaf_slab_refill(struct sheaf_cache *c, struct sheaf_node *n, void **o
 			break;
 		got += take;
 		if (take < c->objs_per_slab) {
-			pthread_mutex_lock(&n->list_lock);
+			sheaf_mutex_lock(&n->list_lock, sheaf_node_lock_id(n));
 			add_partial(n, s, false);
-			pthread_mutex_unlock(&n->list_lock);
+			sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
 		}
 	}
 	return got;
@@ -489,7 +489,7 @@ void sheaf_slab_node_shrink(struct sheaf_node *n, unsigned long keep)
 	sheaf_list_init(&victims);
 	struct sheaf_list *pos, *tmp;
 	unsigned long kept = 0;
-	pthread_mutex_lock(&n->list_lock);
+	sheaf_mutex_lock(&n->list_lock, sheaf_node_lock_id(n));
 	sheaf_list_for_each_safe(pos, tmp, &n->partial)
 	{
 		struct sheaf_slab *s = sheaf_container_of(pos, struct sheaf_slab, sl_list);
@@ -502,7 +502,7 @@ void sheaf_slab_node_shrink(struct sheaf_node *n, unsigned long keep)
 		remove_partial(n, s);
 		sheaf_list_add(&s->sl_list, &victims);
 	}
-	pthread_mutex_unlock(&n->list_lock);
+	sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
 	sheaf_list_for_each_safe(pos, tmp, &victims)
 	{
 		struct sheaf_slab *s = sheaf_container_of(pos, struct sheaf_slab, sl_list);
@@ -515,7 +515,7 @@ void sheaf_slab_node_counts(struct sheaf_node *n, uint64_t *slabs, uint64_t *par
 {
 	struct sheaf_cache *c = n->cache;
 	uint64_t part_inuse = 0, part = 0;
-	pthread_mutex_lock(&n->list_lock);
+	sheaf_mutex_lock(&n->list_lock, sheaf_node_lock_id(n));
 	long total = atomic_load_explicit(&n->nr_slabs, memory_order_relaxed);
 	struct sheaf_list *pos;
 	for (pos = n->partial.next; pos != &n->partial; pos = pos->next) {
@@ -523,7 +523,7 @@ void sheaf_slab_node_counts(struct sheaf_node *n, uint64_t *slabs, uint64_t *par
 		part_inuse += SHEAF_FC_INUSE(FC_LOAD(s));
 		part++;
 	}
-	pthread_mutex_unlock(&n->list_lock);
+	sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
 	/* Slabs on no list are full (or briefly isolated by a refill: counted as full). */
 	uint64_t off_list = total > (long)part ? (uint64_t)total - part : 0;
 	*slabs += (uint64_t)(total > 0 ? total : 0);
@@ -565,7 +565,7 @@ bool sheaf_slab_node_is_valid(struct sheaf_node *n)
 {
 	bool ok = true;
 	unsigned long cnt = 0;
-	pthread_mutex_lock(&n->list_lock);
+	sheaf_mutex_lock(&n->list_lock, sheaf_node_lock_id(n));
 	struct sheaf_list *pos;
 	for (pos = n->partial.next; pos != &n->partial; pos = pos->next) {
 		struct sheaf_slab *s = sheaf_container_of(pos, struct sheaf_slab, sl_list);
@@ -576,7 +576,7 @@ bool sheaf_slab_node_is_valid(struct sheaf_node *n)
 	}
 	if (cnt != n->nr_partial)
 		ok = false;
-	pthread_mutex_unlock(&n->list_lock);
+	sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
 	return ok;
 }
 

@@ -195,6 +195,13 @@ int sheaf_debug_slab_free(struct sheaf_cache *c, void *obj, const void *caller);
 /* Debug flags selected for a cache name by SHEAF_SLAB_DEBUG. */
 unsigned sheaf_debug_slab_flags_for(const char *name);
 
+/* The rank of a node's list_lock (base/lock.h): the metadata caches' come after every
+ * other cache's (sheaves, pcs and tables are allocated under those). */
+static inline enum sheaf_lock_id sheaf_node_lock_id(const struct sheaf_node *n)
+{
+	return n->cache->is_meta ? SHEAF_LOCK_META_LIST : SHEAF_LOCK_LIST;
+}
+
 #include "slab/track.h"     /* annotations; need struct sheaf_cache above */
 #include "slab/freecheck.h" /* the checks of every free; the same */
 
