@@ -25,10 +25,10 @@
  * Every (shape, allocator) pair runs in a fresh child process
  * (`--child=shapes:<shape>:<allocator>`) so that its RSS is its own; the
  * child runs the shape three times (once with --quick) and records the
- * median time in ms and the peak RSS (VmHWM above the RSS just before the
- * first run) in KiB.  The order of the allocators rotates from shape to
- * shape.  Threads are not pinned: these are programs, and the scheduler's
- * placement is part of their shape.
+ * median time in ms, the peak RSS (VmHWM above the RSS just before the
+ * first run) in KiB and the minor page faults per run.  The order of the
+ * allocators rotates from shape to shape.  Threads are not pinned: these are
+ * programs, and the scheduler's placement is part of their shape.
  *
  * Bounds: the largest live set is the large shape's (at most 21 blocks of
  * 25 MiB); each child has a time limit (alarm) and the large shape checks
@@ -38,6 +38,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "workloads.h"
@@ -530,6 +531,8 @@ static int sh_child(struct bench_ctx *ctx, const char *arg)
 	if (bench_hwm_reset())
 		bench_note(ctx, "shapes", "could not reset VmHWM: peak includes start-up");
 	base = bench_rss_kib();
+	struct rusage ru0, ru1;
+	getrusage(RUSAGE_SELF, &ru0);
 	for (int i = 0; i < reps; i++) {
 		uint64_t t0 = bench_now_ns();
 
@@ -542,6 +545,7 @@ static int sh_child(struct bench_ctx *ctx, const char *arg)
 		ms[i] = (double)(bench_now_ns() - t0) / 1e6;
 	}
 	hwm = bench_hwm_kib();
+	getrusage(RUSAGE_SELF, &ru1);
 	alarm(0);
 	bench_stat_compute(ms, reps, &st);
 	bench_record(ctx, "shapes", sname, "time", a->name, "ms", BH_MEDIAN, &st);
@@ -549,6 +553,11 @@ static int sh_child(struct bench_ctx *ctx, const char *arg)
 	st.n = 1;
 	st.min = st.p10 = st.p25 = st.med = st.p75 = st.max = (double)(hwm - base);
 	bench_record(ctx, "shapes", sname, "peak", a->name, "KiB", BH_VALUE, &st);
+	/* Minor page faults per run: a count, not a time, so valid on a busy machine
+	 * (the large shape's cost is mostly faults of memory given back and taken again). */
+	st.min = st.p10 = st.p25 = st.med = st.p75 = st.max =
+		(double)(ru1.ru_minflt - ru0.ru_minflt) / reps;
+	bench_record(ctx, "shapes", sname, "faults", a->name, "faults", BH_VALUE, &st);
 	bench_pool_close(&p);
 	return 0;
 }
@@ -567,7 +576,8 @@ static const struct bench_workload wl_shapes = {
 		 "frees batches of 1-1600 blocks of 16-128 B; larson: blocks freed by the "
 		 "next thread (new threads each round take over the previous round's "
 		 "arrays). Time in ms (median); peak = VmHWM above the RSS before the first "
-		 "run, KiB.",
+		 "run, KiB; faults = minor page faults per run (a count: valid on a busy "
+		 "machine).",
 	.run = sh_run,
 	.child = sh_child,
 };
