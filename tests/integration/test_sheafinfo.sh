@@ -237,6 +237,17 @@ else
 	else
 		bad "preloaded workload did not start"
 	fi
+	# Two copies of Sheaf in one process (libsheaf.a in the program, and the preload):
+	# both shown, each cache marked with its copy.
+	if start env LD_PRELOAD="$PRELOAD" "$build/tools/sheafinfo/sheafinfo-workload-linked" &&
+		cmd "a 1000" && "$INFO" "$wpid" >"$tmp/two" 2>&1 &&
+		[ "$(grep -c '^  \[[01]\] /' "$tmp/two")" -eq 2 ] && grep -q '^workload-100 \[0\] ' "$tmp/two" &&
+		grep -q '^sheaf-meta-[0-9]* \[1\] ' "$tmp/two"; then
+		ok "two copies of Sheaf in one process: both shown, caches marked [0] and [1]"
+	else
+		bad "two copies of Sheaf: $(cat "$tmp/two" 2>/dev/null)"
+	fi
+	[ -z "$wpid" ] || stop
 fi
 
 # ---- Errors -----------------------------------------------------------------------------

@@ -947,13 +947,18 @@ static void print_table(const struct snapshot *s, const char *comm)
 	printf("\n");
 	for (int i = 0; i < ninst; i++) {
 		const struct instance *in = &inst[i];
+		/* Two copies of Sheaf (say libsheaf.so and the preload): numbered, and
+		 * each cache's name carries its copy's number. */
+		char pre[16] = "  ";
+		if (ninst > 1)
+			snprintf(pre, sizeof(pre), "  [%d] ", i);
 		if (!in->initialised) {
-			printf("  %s: Sheaf %s, not initialised yet\n", in->path,
+			printf("%s%s: Sheaf %s, not initialised yet\n", pre, in->path,
 			       in->ix.lib_version);
 			continue;
 		}
-		printf("  %s: Sheaf %s, %s sheaves, %d CPUs, %d node%s; heap %s mapped (cap %s), %s given back\n",
-		       in->path, in->ix.lib_version, mode_name(in), in->ncpus, in->nnodes,
+		printf("%s%s: Sheaf %s, %s sheaves, %d CPUs, %d node%s; heap %s mapped (cap %s), %s given back\n",
+		       pre, in->path, in->ix.lib_version, mode_name(in), in->ncpus, in->nnodes,
 		       in->nnodes > 1 ? "s" : "", human(in->heap_mapped, b1, sizeof(b1)),
 		       human(in->heap_cap, b2, sizeof(b2)),
 		       human(in->heap_returned, b3, sizeof(b3)));
@@ -971,7 +976,12 @@ static void print_table(const struct snapshot *s, const char *comm)
 			snprintf(hit, sizeof(hit), "-");
 		else
 			snprintf(hit, sizeof(hit), "%d.%d", h / 10, h % 10);
-		printf("%-24s %7llu %10llu %10llu %7llu %8llu %8llu %9s %6s\n", c->name,
+		char name[80];
+		if (ninst > 1)
+			snprintf(name, sizeof(name), "%s [%d]", c->name, c->inst);
+		else
+			snprintf(name, sizeof(name), "%s", c->name);
+		printf("%-24s %7llu %10llu %10llu %7llu %8llu %8llu %9s %6s\n", name,
 		       (unsigned long long)c->object_size, (unsigned long long)used_objs(c),
 		       (unsigned long long)c->objects_total, (unsigned long long)c->slabs,
 		       (unsigned long long)c->objects_in_pcs,
