@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bulk.c - bulk allocation and free (K§2.8): whole runs of objects through the
- * calling CPU's sheaves, the rest straight from and to slabs.
+ * calling CPU's sheaves, the rest straight from and to slabs.  The copy to and from
+ * the current main is one restartable sequence per run, no lock (issue 18,
+ * percpu/fastpath.h); the free checks are made for a run before it is copied.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -12,16 +14,23 @@
 
 /* ---- Bulk (K§2.8) ------------------------------------------------------------------ */
 
-/* Step 1: as many objects as the calling CPU's main, spare and barn have, under its
- * lock; returns how many went into @objs. */
+/* Step 1: as many objects as the calling CPU's main, spare and barn have: first what
+ * main holds, in one restartable sequence (or one memcpy per-thread), no lock (issue
+ * 18); then under its lock; returns how many went into @objs. */
 static size_t bulk_from_sheaves(struct sheaf_cache *c, size_t n, void **objs)
 {
-	size_t done = 0;
-	struct sheaf_pcs *pcs = NULL;
-	if (atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed) && !c->debug_flags)
-		pcs = sheaf_pcs_lock(c);
-	if (!pcs)
+	if (!atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed) || c->debug_flags)
 		return 0;
+	uint64_t want = SHEAF_MIN(n, (size_t)SHEAF_BULK_BATCH_MAX);
+	uint32_t got = sheaf_cpu_pop_n(c, objs, want);
+	if (!got)
+		got = sheaf_thread_pop_n(c, objs, want);
+	size_t done = got;
+	if (done == n)
+		return done;
+	struct sheaf_pcs *pcs = sheaf_pcs_lock(c);
+	if (!pcs)
+		return done;
 	while (done < n) {
 		struct sheaf_sheaf *m = pcs->main;
 		uint32_t take = (uint32_t)SHEAF_MIN((size_t)m->size, n - done);
@@ -105,59 +114,57 @@ SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **
 	return n;
 }
 
-/* Objects that go straight to their slabs, gathered in batches. */
-struct bulk_remote {
-	void *objs[SHEAF_PCS_BATCH];
-	unsigned n;
-};
-
-static void bulk_remote_flush(struct sheaf_cache *c, struct bulk_remote *r)
+/* Objects that passed sheaf_free_batch_check (they carry the free mark), all with
+ * page-map key @key, that the fast path did not take: onto the calling CPU's (or
+ * thread's) sheaves under the pcs lock, exchanging a full main with the barn as often
+ * as needed, or to their slabs (another node's objects, K§2.5; no pcs). */
+static void free_checked_locked(struct sheaf_cache *c, void *const *objs, size_t k, uintptr_t key)
 {
-	if (!r->n)
-		return;
-	sheaf_stat_atomic(c, SHEAF_STAT_FREE_SLOWPATH, r->n);
-	sheaf_slab_free_bulk(c, r->objs, r->n);
-	r->n = 0;
+	struct sheaf_pcs *pcs = sheaf_pcs_lock(c);
+	if (!pcs)
+		sheaf_stat_atomic(c, SHEAF_STAT_PCS_LOCK_FAIL, 1);
+	else if (key == pcs->key || (!c->kernel_compat && !sheaf_g.node_has_mem[pcs->node])) {
+		/* K§2.5: remote objects bypass the sheaves, except on a memoryless node (D3). */
+		while (k) {
+			struct sheaf_sheaf *m = pcs->main;
+			if (m->size >= m->capacity && !sheaf_pcs_replace_full_main(c, pcs))
+				break;
+			m = pcs->main;
+			uint32_t take = (uint32_t)SHEAF_MIN((size_t)(m->capacity - m->size), k);
+			memcpy(m->objects + m->size, objs, take * sizeof(void *));
+			sheaf_wr(m->size, m->size + take);
+			sheaf_stat_add(pcs, SHEAF_STAT_FREE_FASTPATH, take);
+			objs += take;
+			k -= take;
+		}
+	}
+	if (pcs)
+		sheaf_pcs_unlock(c, pcs);
+	while (k) {
+		unsigned part = (unsigned)SHEAF_MIN(k, (size_t)SHEAF_PCS_BATCH);
+		sheaf_stat_atomic(c, SHEAF_STAT_FREE_SLOWPATH, part);
+		sheaf_slab_free_bulk(c, (void **)objs, part);
+		objs += part;
+		k -= part;
+	}
 }
 
-/* The free mark of @obj: a set mark is maybe a double free, confirmed with no lock held
- * and with this call's earlier objects where the search can see them (so *@pcs is
- * dropped and retaken).  False: reported, skip the object. */
-static bool bulk_mark(struct sheaf_cache *c, void *obj, struct sheaf_pcs **pcs, struct bulk_remote *r)
+/* A checked run of @k objects of key @key: the fast path (one restartable sequence per
+ * main's worth, or one memcpy per-thread), then the locked path for the rest. */
+static inline void free_checked(struct sheaf_cache *c, void *const *objs, size_t k, uintptr_t key)
 {
-	uint64_t *mk = sheaf_mark_word(c, obj);
-	if (sheaf_unlikely(*mk == sheaf_free_key)) {
-		if (*pcs)
-			sheaf_pcs_unlock(c, *pcs);
-		bulk_remote_flush(c, r);
-		bool ok = sheaf_free_mark_check(c, obj);
-		*pcs = sheaf_pcs_lock(c);
-		if (!ok)
-			return false;
+	while (k) {
+		uint64_t want = SHEAF_MIN(k, (size_t)SHEAF_BULK_BATCH_MAX);
+		uint32_t got = sheaf_cpu_push_n(c, objs, want, key);
+		if (!got)
+			got = sheaf_thread_push_n(c, objs, want, key);
+		if (!got)
+			break;
+		objs += got;
+		k -= got;
 	}
-	*mk = sheaf_free_key;
-	return true;
-}
-
-/* One checked object: onto the locked CPU's main when it is local (K§2.5, D3), else
- * into the batch for the slabs. */
-static void bulk_free_one(struct sheaf_cache *c, void *obj, uintptr_t key, struct sheaf_pcs *pcs,
-			  struct bulk_remote *r)
-{
-	bool local = pcs && (key == pcs->key || (!c->kernel_compat && !sheaf_g.node_has_mem[pcs->node]));
-	if (local) {
-		struct sheaf_sheaf *m = pcs->main;
-		if (m->size >= m->capacity && !sheaf_pcs_replace_full_main(c, pcs))
-			local = false;
-	}
-	if (local) {
-		sheaf_sheaf_push(pcs->main, obj);
-		sheaf_stat_add(pcs, SHEAF_STAT_FREE_FASTPATH, 1);
-		return;
-	}
-	r->objs[r->n++] = obj;
-	if (r->n == SHEAF_PCS_BATCH)
-		bulk_remote_flush(c, r);
+	if (k)
+		free_checked_locked(c, objs, k, key);
 }
 
 SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **objs)
@@ -172,24 +179,28 @@ SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **obj
 			sheaf_cache_free_slowpath(c, objs[i], NULL);
 		return;
 	}
-	struct bulk_remote r = { .n = 0 };
-	struct sheaf_pcs *pcs = sheaf_pcs_lock(c);
-	for (size_t i = 0; i < n; i++) {
-		void *obj = objs[i];
-		if (!obj)
-			continue;
-		uintptr_t key = sheaf_page_key(obj);
-		if (sheaf_unlikely(!cache_free_ptr_ok(c, obj, key, "free_bulk")))
-			continue; /* reported */
-		if (sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
-			sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
-			continue;
+	/* Issue 18: runs of objects of one node, each checked as a whole (every check of a
+	 * single free, slab/freecheck.h) and then copied in one sequence.  An object that
+	 * stops a run is dealt with alone once the run before it is in a sheaf, where the
+	 * double-free search can see it. */
+	size_t i = 0;
+	while (i < n) {
+		uintptr_t key;
+		enum sheaf_batch_stop stop;
+		size_t k = sheaf_free_batch_check(c, objs + i, n - i, &key, &stop);
+		if (k)
+			free_checked(c, objs + i, k, key);
+		i += k;
+		if (stop == SHEAF_BATCH_OTHER) {
+			/* NULL, a bad pointer (reported there), or the start of the next run. */
+			if (k == 0) {
+				sheaf_cache_free_slowpath(c, objs[i], NULL);
+				i++;
+			}
+		} else if (stop == SHEAF_BATCH_MARKED) {
+			void *obj = objs[i++];
+			if (sheaf_free_mark_take(c, obj)) /* otherwise a double free, reported */
+				free_checked(c, &obj, 1, key);
 		}
-		if (c->free_mark && !bulk_mark(c, obj, &pcs, &r))
-			continue; /* reported */
-		bulk_free_one(c, obj, key, pcs, &r);
 	}
-	if (pcs)
-		sheaf_pcs_unlock(c, pcs);
-	bulk_remote_flush(c, &r);
 }

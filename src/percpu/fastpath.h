@@ -14,6 +14,12 @@
  *   sheaf_thread_pop / _push           the calling thread's main in per-thread mode:
  *                                      its owner, no lock.
  *
+ * and their bulk forms (issue 18), sheaf_cpu_pop_n / _push_n (one restartable sequence
+ * that copies as many pointers as main has, or has room for, and commits with one store
+ * of the new size) and sheaf_thread_pop_n / _push_n (one memcpy), with
+ * sheaf_free_batch_check, which makes every check of a single free for a whole run of
+ * objects before any of them is copied.
+ *
  * The cpu and thread functions return false when the fast path does not apply (main
  * empty or full, locked, another node's object, the other mode, an aborted sequence,
  * a check that wants the slow path); the caller then takes its slow path.  They are
@@ -240,6 +246,132 @@ sheaf_fast_inline bool sheaf_thread_push(struct sheaf_cache *c, void *obj, uintp
 		*sheaf_mark_word(c, obj) = sheaf_free_key;
 	sheaf_sheaf_push(m, obj);
 	return true;
+}
+
+/* ---- Bulk (issue 18): a batch per sequence --------------------------------------------- */
+
+/* The largest batch one bulk sequence moves: a sheaf never holds more (the capacity is
+ * a uint32_t), and the count travels in one register. */
+#define SHEAF_BULK_BATCH_MAX UINT32_MAX
+
+/* Pop up to @want (>= 1) objects off the calling CPU's main of @c into @objs in one
+ * restartable sequence (rseq.h SHEAF_RSEQ_POP_N); returns how many (0: the fast path
+ * does not apply: main empty or locked, another mode, an aborted sequence). */
+sheaf_fast_inline uint32_t sheaf_cpu_pop_n(struct sheaf_cache *c, void **objs, uint64_t want)
+{
+#if SHEAF_HAVE_RSEQ
+	uint64_t got;
+	SHEAF_RSEQ_POP_N(c, objs, want, got, miss);
+	return (uint32_t)got;
+miss:
+#endif
+	(void)c;
+	(void)objs;
+	(void)want;
+	return 0;
+}
+
+/* Push up to @k (>= 1) objects of @objs, all with page-map key @key and all through
+ * sheaf_free_batch_check, on the calling CPU's main of @c in one restartable sequence
+ * (rseq.h SHEAF_RSEQ_PUSH_N); returns how many (as many as main had room for; 0: the
+ * key is not main's, main is full or locked, another mode, an aborted sequence). */
+sheaf_fast_inline uint32_t sheaf_cpu_push_n(struct sheaf_cache *c, void *const *objs, uint64_t k, uintptr_t key)
+{
+#if SHEAF_HAVE_RSEQ
+	uint64_t got;
+	SHEAF_RSEQ_PUSH_N(c, objs, k, key, got, miss);
+	return (uint32_t)got;
+miss:
+#endif
+	(void)c;
+	(void)objs;
+	(void)k;
+	(void)key;
+	return 0;
+}
+
+/* Per-thread mode: pop up to @want objects off the calling thread's main (one memcpy);
+ * returns how many (0: no pcs yet, main empty, or the other mode). */
+sheaf_fast_inline uint32_t sheaf_thread_pop_n(struct sheaf_cache *c, void **objs, uint64_t want)
+{
+	struct sheaf_pcs *pcs = sheaf_pcs_current(c);
+	if (sheaf_unlikely(!pcs))
+		return 0;
+	struct sheaf_sheaf *m = pcs->main;
+	uint32_t take = (uint32_t)SHEAF_MIN((uint64_t)m->size, want);
+	if (!take)
+		return 0;
+	m->nalloc += take; /* harvested like the single pop's (design §8) */
+	sheaf_sheaf_pop_n(m, objs, take);
+	return take;
+}
+
+/* Per-thread mode: push up to @k checked objects of key @key on the calling thread's
+ * main (one memcpy); returns how many (0: no pcs, another key, main full, a free-check
+ * hook, or the other mode). */
+sheaf_fast_inline uint32_t sheaf_thread_push_n(struct sheaf_cache *c, void *const *objs, uint64_t k, uintptr_t key)
+{
+	struct sheaf_pcs *pcs = sheaf_pcs_current(c);
+	if (sheaf_unlikely(!pcs || sheaf_free_check_hook))
+		return 0;
+	struct sheaf_sheaf *m = pcs->main;
+	if (sheaf_unlikely(key != m->key || m->size >= m->capacity))
+		return 0;
+	uint32_t take = (uint32_t)SHEAF_MIN((uint64_t)(m->capacity - m->size), k);
+	memcpy(m->objects + m->size, objs, take * sizeof(void *));
+	sheaf_wr(m->size, m->size + take);
+	return take;
+}
+
+/* Why sheaf_free_batch_check stopped before objs[k]. */
+enum sheaf_batch_stop {
+	SHEAF_BATCH_END,    /* k == n: every object passed */
+	SHEAF_BATCH_OTHER,  /* objs[k] untouched: NULL, not an object start or not of @c
+			       (the single free's slow path reports it), another key (the
+			       next run), or seen free by ASan (reported by the slow path) */
+	SHEAF_BATCH_MARKED, /* objs[k] has key *@key and passed the pointer checks, is
+			       marked free for Valgrind/ASan, but holds the free mark:
+			       maybe a double free, to confirm (sheaf_free_mark_check) once
+			       objs[0..k) are where the search can see them */
+};
+
+/* The checks every single free makes (sheaf_thread_push, the slow path's
+ * cache_free_ptr_ok and sheaf_free_mark_take; slab/freecheck.h), made for a run of
+ * objects before any of them is copied into a sheaf: the longest prefix of @objs whose
+ * objects lie in slabs of @c with one page-map key (stored in *@key: one node, so one
+ * compare with main's key covers the run), are object starts, and do not hold the free
+ * mark; each gets the mark as it passes, so a pointer given twice in one call ([a, b, a])
+ * finds the mark on its second visit.  Returns the prefix length k and why it stopped
+ * in *@stop.  Per-thread and per-CPU mode alike; never called for a debug cache or with
+ * a free-check hook (bulk.c sends those object by object to the slow path). */
+sheaf_fast_inline size_t sheaf_free_batch_check(struct sheaf_cache *c, void *const *objs, size_t n, uintptr_t *key,
+						enum sheaf_batch_stop *stop)
+{
+	uintptr_t run = sheaf_page_key(objs[0]); /* NULL: 0 */
+	*key = run;
+	if (sheaf_unlikely(!run || ((struct sheaf_node *)run)->cache != c)) {
+		*stop = SHEAF_BATCH_OTHER;
+		return 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		void *obj = objs[i];
+		if (sheaf_unlikely(i && sheaf_page_key(obj) != run) ||
+		    sheaf_unlikely(c->free_checks && !sheaf_obj_is_start(c, obj)) ||
+		    sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
+			*stop = SHEAF_BATCH_OTHER;
+			return i;
+		}
+		if (c->free_mark) {
+			uint64_t *mk = sheaf_mark_word_fast(c, obj);
+			if (sheaf_unlikely(*mk == sheaf_free_key)) {
+				*stop = SHEAF_BATCH_MARKED;
+				return i;
+			}
+			*mk = sheaf_free_key;
+		}
+	}
+	*stop = SHEAF_BATCH_END;
+	return n;
 }
 
 #endif /* SHEAF_PERCPU_FASTPATH_H */

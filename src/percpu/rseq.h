@@ -218,6 +218,96 @@ void sheaf_rseq_fork_child(void);
 #define SHEAF_RSEQ_PUSH_KEY_MARK(c, obj, k, slow) \
 	SHEAF_RSEQ_KEY_THEN(c, obj, k, SHEAF_RSEQ_PUSH_SEQ_MARK(slow), slow)
 
+/* Copy %r8 pointers from %rsi to %rdi (%r8 > 0), two at a time with one 16-byte move
+ * (an odd last one first); uses %r9, %r10, %xmm0.  Part of the bulk sequences below:
+ * the copy must lie inside the sequence, so it cannot be a call to memcpy.  An abort in
+ * the middle leaves a partial copy that nothing has committed. */
+#define SHEAF_RSEQ_COPY_N                                                      \
+	"test $1, %%r8b\n\t"                                                   \
+	"jz 1f\n\t"                                                            \
+	"mov -8(%%rsi,%%r8,8), %%r9\n\t"                                       \
+	"mov %%r9, -8(%%rdi,%%r8,8)\n"                                         \
+	"1:\n\t"                                                               \
+	"mov %%r8, %%r9\n\t"                                                   \
+	"and $-2, %%r9\n\t"                                                    \
+	"jz 3f\n\t"                                                            \
+	"xor %%r10d, %%r10d\n"                                                 \
+	"2:\n\t"                                                               \
+	"movdqu (%%rsi,%%r10,8), %%xmm0\n\t"                                   \
+	"movdqu %%xmm0, (%%rdi,%%r10,8)\n\t"                                   \
+	"add $2, %%r10\n\t"                                                    \
+	"cmp %%r9, %%r10\n\t"                                                  \
+	"jb 2b\n"                                                              \
+	"3:\n\t"
+
+/* Bulk alloc (issue 18): pops min(size, @want) objects (@want >= 1) off the top of the
+ * calling CPU's main into @dst, in the order they were pushed, and sets @got to that
+ * count; jumps to @slow when main is empty (or the sentinel) or the sequence aborts.
+ * The count of pops goes to m->nalloc just before the commit, the one store of the new
+ * size (the single pop's price on an abort between them, applied to the batch). */
+#define SHEAF_RSEQ_POP_N(c, p_dst, p_want, p_got, slow)                                  \
+	asm goto("mov sheaf_rseq_offset(%%rip), %%rdx\n\t"                         \
+		 "mov .Lsheaf_popn_slot%=(%%rip), %%rcx\n\t"                       \
+		 "mov %%rcx, %%fs:8(%%rdx)\n"                                      \
+		 ".Lsheaf_popn_start%=:\n\t"                                       \
+		 "movslq %%fs:4(%%rdx), %%rcx\n\t"                                 \
+		 "mov %c[mv](%[cache],%%rcx,8), %%rcx\n\t"                         \
+		 "mov %c[size](%%rcx), %%eax\n\t"                                  \
+		 "test %%eax, %%eax\n\t"                                           \
+		 "jz %l[" #slow "]\n\t"                                            \
+		 "mov %[want], %%r8\n\t"                                           \
+		 "cmp %%rax, %%r8\n\t"                                             \
+		 "cmova %%rax, %%r8\n\t"                                           \
+		 "sub %%r8, %%rax\n\t"                                             \
+		 "lea %c[objs](%%rcx,%%rax,8), %%rsi\n\t"                          \
+		 "mov %[dst], %%rdi\n\t" SHEAF_RSEQ_COPY_N                         \
+		 "mov %%r8, %[n]\n\t"                                              \
+		 "add %%r8, %c[nalloc](%%rcx)\n\t"                                 \
+		 "mov %%eax, %c[size](%%rcx)\n"                                    \
+		 ".Lsheaf_popn_end%=:\n\t" SHEAF_RSEQ_TAIL(".Lsheaf_popn", slow)   \
+		 : [n] "=&r"(p_got)                                                \
+		 : [cache] "r"(c), [dst] "r"(p_dst), [want] "r"(p_want),           \
+		   [mv] "i"(SHEAF_RSEQ_MAINV_DISP),                                \
+		   [size] "i"(offsetof(struct sheaf_sheaf, size)),                 \
+		   [objs] "i"(offsetof(struct sheaf_sheaf, objects)),              \
+		   [nalloc] "i"(offsetof(struct sheaf_sheaf, nalloc))              \
+		 : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "xmm0",   \
+		   "cc", "memory"                                                  \
+		 : slow)
+
+/* Bulk free (issue 18): @src[0..@k) (@k >= 1), objects that all have the page-map key
+ * @key and have passed every free check (fastpath.h sheaf_free_batch_check), pushed on
+ * the calling CPU's main as far as it has room; @got is the count pushed.  Jumps to
+ * @slow when the key is not main's (another node, the sentinel, a destroyed cache),
+ * main is full, or the sequence aborts.  Commit: one store of the new size. */
+#define SHEAF_RSEQ_PUSH_N(c, p_src, p_k, p_key, p_got, slow)                               \
+	asm goto("mov sheaf_rseq_offset(%%rip), %%rax\n\t"                         \
+		 "mov .Lsheaf_pushn_slot%=(%%rip), %%rcx\n\t"                      \
+		 "mov %%rcx, %%fs:8(%%rax)\n"                                      \
+		 ".Lsheaf_pushn_start%=:\n\t"                                      \
+		 "movslq %%fs:4(%%rax), %%rcx\n\t"                                 \
+		 "mov %c[mv](%[cache],%%rcx,8), %%rcx\n\t"                         \
+		 "cmp %c[key](%%rcx), %[kv]\n\t"                                   \
+		 "jne %l[" #slow "]\n\t"                                           \
+		 "mov %c[size](%%rcx), %%eax\n\t"                                  \
+		 "mov %c[cap](%%rcx), %%r8d\n\t"                                   \
+		 "sub %%eax, %%r8d\n\t"                                            \
+		 "jbe %l[" #slow "]\n\t"                                           \
+		 "cmp %[k], %%r8\n\t"                                              \
+		 "cmova %[k], %%r8\n\t"                                            \
+		 "lea %c[objs](%%rcx,%%rax,8), %%rdi\n\t"                          \
+		 "mov %[src], %%rsi\n\t" SHEAF_RSEQ_COPY_N                         \
+		 "mov %%r8, %[n]\n\t"                                              \
+		 "add %%r8d, %%eax\n\t"                                            \
+		 "mov %%eax, %c[size](%%rcx)\n"                                    \
+		 ".Lsheaf_pushn_end%=:\n\t" SHEAF_RSEQ_TAIL(".Lsheaf_pushn", slow) \
+		 : [n] "=&r"(p_got)                                                \
+		 : [cache] "r"(c), [src] "r"(p_src), [k] "r"(p_k), [kv] "r"(p_key), \
+		   SHEAF_RSEQ_PUSH_OPERANDS                                        \
+		 : "rax", "rcx", "rsi", "rdi", "r8", "r9", "r10", "xmm0", "cc",    \
+		   "memory"                                                        \
+		 : slow)
+
 #endif /* SHEAF_HAVE_RSEQ */
 
 #endif /* SHEAF_RSEQ_H */

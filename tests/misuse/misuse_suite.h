@@ -129,6 +129,16 @@ static void do_interior_bulk_mixed(void *p)
 	void *v[3] = { q, (char *)p + 16, NULL };
 	sheaf_cache_free_bulk(ms_a, 3, v);
 }
+/* Issue 18: a run long enough for the batch path (checked as a whole, then copied in
+ * one sequence), the interior pointer in its middle. */
+static void do_interior_bulk_run(void *p)
+{
+	void *v[41];
+	REQUIRE(sheaf_cache_alloc_bulk(ms_a, 40, v) == 40);
+	v[40] = v[20];
+	v[20] = (char *)p + 8;
+	sheaf_cache_free_bulk(ms_a, 41, v);
+}
 static void do_interior_rcu(void *p)
 {
 	sheaf_cache_free_rcu(ms_a, (char *)p + 8);
@@ -162,6 +172,8 @@ static void test_interior(void)
 		  (char *)p + MS_SIZE - 1);
 	ms_expect("free_bulk({p + 8})", do_interior_bulk, p, "interior pointer", "ms-a", (char *)p + 8);
 	ms_expect("free_bulk({q, p + 16})", do_interior_bulk_mixed, p, "interior pointer", "ms-a", (char *)p + 16);
+	ms_expect("free_bulk({20 objects, p + 8, 20 objects})", do_interior_bulk_run, p, "interior pointer", "ms-a",
+		  (char *)p + 8);
 	ms_expect("free_rcu(p + 8)", do_interior_rcu, p, "interior pointer", "ms-a", (char *)p + 8);
 	ms_expect_warn("free(p + 8)", do_interior_free, p, "interior pointer", (char *)p + 8);
 	sheaf_cache_free(ms_a, p);
@@ -247,6 +259,16 @@ static void do_df_bulk(void *p)
 	void *v[3] = { p, ms_other, p };
 	sheaf_cache_free_bulk(ms_a, 3, v);
 }
+/* Issue 18: [a, b, a] with a long run between: a's first visit is checked and copied
+ * with the run, its second must still be caught. */
+static void do_df_bulk_run(void *p)
+{
+	void *v[42];
+	v[0] = p;
+	REQUIRE(sheaf_cache_alloc_bulk(ms_a, 40, v + 1) == 40);
+	v[41] = p;
+	sheaf_cache_free_bulk(ms_a, 42, v);
+}
 static void do_df_bulk_after_free(void *p)
 {
 	sheaf_cache_free(ms_a, p);
@@ -306,12 +328,14 @@ static void test_double_free(void)
 	}
 	ms_expect("free_bulk({a, b, a})", do_df_bulk, p, "double free", "ms-a", p);
 	ms_expect("free a; free_bulk({b, a})", do_df_bulk_after_free, p, "double free", "ms-a", p);
+	ms_expect("free_bulk({a, 40 objects, a})", do_df_bulk_run, p, "double free", "ms-a", p);
 	ms_expect("free a; free_rcu a", do_df_free_then_rcu, p, "double free", "ms-a", p);
 	ms_expect("free_rcu a twice", do_df_rcu_twice, p, "double free", "ms-a", p);
 	ms_expect("free_rcu a; free a", do_df_rcu_then_free, p, "double free", "ms-a", p);
 	ms_expect("free_rcu a; barrier; free a", do_df_rcu_done_then_free, p, "double free", "ms-a", p);
 	ms_expect_warn("free a; free b; free a", do_df_delayed, p, "double free", p);
 	ms_expect_warn("free_bulk({a, b, a})", do_df_bulk, p, "double free", p);
+	ms_expect_warn("free_bulk({a, 40 objects, a})", do_df_bulk_run, p, "double free", p);
 	sheaf_cache_free(ms_a, ms_other);
 	sheaf_cache_free(ms_a, p);
 }
