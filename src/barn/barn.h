@@ -70,6 +70,15 @@ struct sheaf_barn {
 	uint32_t trim_due;       /* an interval ended: the next slow path trims (racy read) */
 } sheaf_aligned(SHEAF_CACHELINE); /* one per node, side by side: no false sharing */
 
+/* Is node @i's barn another node's (a memoryless node sharing its nearest memory
+ * node's, cache/create.c)?  Walks over every barn of a cache skip these, so that no barn
+ * is locked twice or counted twice. */
+static inline bool sheaf_barn_is_alias(const struct sheaf_cache *c, int i)
+{
+	int m = sheaf_g.node_mem_nid[i];
+	return m != i && c->node[i]->barn == c->node[m]->barn;
+}
+
 void sheaf_barn_init(struct sheaf_barn *b, bool enabled, bool compat);
 /* Soft limits for a barn whose full sheaves hold @sheaf_bytes of objects each (D6). */
 void sheaf_barn_set_limits(struct sheaf_barn *b, size_t sheaf_bytes);

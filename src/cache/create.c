@@ -355,6 +355,14 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 			sheaf_barn_set_limits(n->barn, (size_t)cap * c->slot_size);
 		c->node[i] = n;
 	}
+	/* D3 (issue 18): a memoryless node's objects are its nearest memory node's, so its
+	 * CPUs use that node's barn: the full sheaves a consumer there fills reach the
+	 * producers of the memory node, which would never read a barn of its own.  Not in
+	 * the Linux 7.0 configuration, where a memoryless node has no barn. */
+	if (!c->kernel_compat)
+		for (int i = 0; i < sheaf_g.nnodes; i++)
+			if (!sheaf_g.node_has_mem[i])
+				nodes[i].barn = nodes[sheaf_g.node_mem_nid[i]].barn;
 	c->is_meta = meta;
 	pthread_mutex_init(&c->pcs_lock, NULL);
 	sheaf_list_init(&c->pcs_list);

@@ -151,8 +151,8 @@ static void walk_locks(enum walk_kind kind, enum sheaf_lock_id id, bool take)
 		int n = kind == WK_PREFILLED ? 1 : sheaf_g.nnodes;
 		for (int i = 0; i < n; i++) {
 			pthread_mutex_t *m = NULL;
-			if (kind == WK_BARN)
-				m = &c->node[i]->barn->lock;
+			if (kind == WK_BARN) /* a barn shared by a memoryless node: once */
+				m = sheaf_barn_is_alias(c, i) ? NULL : &c->node[i]->barn->lock;
 			else if (kind == WK_PREFILLED)
 				m = &c->prefilled_lock;
 			else if (c->is_meta == (kind == WK_META_LIST))

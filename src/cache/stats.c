@@ -62,8 +62,9 @@ SHEAF_API int sheaf_stats_get(struct sheaf_cache *c, struct sheaf_stats *st)
 	uint64_t barn_objs = 0;
 	for (int i = 0; i < sheaf_g.nnodes; i++) {
 		sheaf_slab_node_counts(c->node[i], &tmp.slabs, &tmp.partial_slabs, &tmp.objects_inuse);
-		sheaf_barn_counts(c->node[i]->barn, &tmp.barn_full, &tmp.barn_empty, &barn_objs, &tmp.barn_locks,
-				  &tmp.barn_objects);
+		if (!sheaf_barn_is_alias(c, i)) /* a shared barn counts once */
+			sheaf_barn_counts(c->node[i]->barn, &tmp.barn_full, &tmp.barn_empty, &barn_objs,
+					  &tmp.barn_locks, &tmp.barn_objects);
 	}
 	tmp.objects_in_barns = barn_objs;
 	tmp.objects_total = tmp.slabs * c->objs_per_slab;

@@ -61,7 +61,7 @@ static sheaf_noinline bool sheaf_free_confirm(struct sheaf_cache *c, const void 
 	struct find_arg f = { obj, false };
 	sheaf_pcs_for_each(c, find_in_pcs, &f);
 	for (int i = 0; !f.found && i < sheaf_g.nnodes; i++)
-		f.found = sheaf_barn_holds(c->node[i]->barn, obj);
+		f.found = !sheaf_barn_is_alias(c, i) && sheaf_barn_holds(c->node[i]->barn, obj);
 	if (!f.found)
 		f.found = sheaf_slab_holds_free(c, obj);
 	if (!f.found)

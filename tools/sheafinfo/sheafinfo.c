@@ -436,6 +436,7 @@ static int read_cache(const struct instance *in, uint64_t addr, struct cache_inf
 		goto out;
 
 	/* Nodes: slabs, partial lists, barns (sheaf_slab_node_counts, sheaf_barn_counts). */
+	uint64_t barns_seen[256] = { 0 };
 	for (int i = 0; i < in->nnodes; i++) {
 		uint64_t n = get_elem(b, ix->cache_node, (uint64_t)i);
 		if (!n) {
@@ -472,6 +473,15 @@ static int read_cache(const struct instance *in, uint64_t addr, struct cache_inf
 		const unsigned char *bb = nb + ix->node_barn.off;
 		if (ix->node_barn_is_ptr) {
 			uint64_t barn = get_field(nb, ix->node_barn);
+			/* A memoryless node shares its nearest memory node's barn (D3): each
+			 * barn counts once. */
+			bool seen = false;
+			for (int j = 0; j < i && j < (int)(sizeof(barns_seen) / sizeof(barns_seen[0])); j++)
+				seen = seen || barns_seen[j] == barn;
+			if (i < (int)(sizeof(barns_seen) / sizeof(barns_seen[0])))
+				barns_seen[i] = barn;
+			if (seen)
+				continue;
 			if (!barn || rd_or_die(barn, barnbuf, in->barn_span))
 				goto out;
 			bb = barnbuf;
