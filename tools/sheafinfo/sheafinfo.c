@@ -475,10 +475,11 @@ static int read_cache(const struct instance *in, uint64_t addr, struct cache_inf
 			uint64_t barn = get_field(nb, ix->node_barn);
 			/* A memoryless node shares its nearest memory node's barn (D3): each
 			 * barn counts once. */
+			const int nseen = (int)(sizeof(barns_seen) / sizeof(barns_seen[0]));
 			bool seen = false;
-			for (int j = 0; j < i && j < (int)(sizeof(barns_seen) / sizeof(barns_seen[0])); j++)
+			for (int j = 0; j < i && j < nseen; j++)
 				seen = seen || barns_seen[j] == barn;
-			if (i < (int)(sizeof(barns_seen) / sizeof(barns_seen[0])))
+			if (i < nseen)
 				barns_seen[i] = barn;
 			if (seen)
 				continue;
