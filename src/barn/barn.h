@@ -51,7 +51,8 @@ struct sheaf_barn {
 	struct sheaf_sheaf *empty; /* top of the stack of empty sheaves; protected by lock */
 	unsigned nr_full;        /* protected by lock; read racily (sheaf_rd) to fail fast */
 	unsigned nr_empty;       /* protected by lock; read racily */
-	unsigned max_full;       /* soft limits; D6 moves them within [min, hard] by an EWMA */
+	unsigned max_full;       /* soft limits; written under lock (D6, adaptive capacity),
+				    read racily (sheaf_rd) by the fail-fast tests */
 	unsigned max_empty;
 	bool enabled;            /* false: no barn (KERNEL_COMPAT on a memoryless node) */
 	/* D6: working-set estimate, protected by lock. */

@@ -172,7 +172,7 @@ SHEAF_API void sheaf_cache_return(struct sheaf_cache *c, struct sheaf_prefilled 
 	} else {
 		sheaf_stat_atomic(c, SHEAF_STAT_SHEAF_RETURN_SLOW, 1);
 	}
-	if (b->enabled && sheaf_rd(b->nr_full) < b->max_full) {
+	if (b->enabled && sheaf_rd(b->nr_full) < sheaf_rd(b->max_full)) {
 		sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
 		if (s->size) {
 			sheaf_barn_put_full(b, s);

@@ -120,7 +120,7 @@ static void retire_empty(struct sheaf_cache *c, struct sheaf_barn *b, struct she
 {
 	if (is_sentinel(s))
 		return;
-	if (s->capacity != cur_capacity(c) || !b->enabled || sheaf_rd(b->nr_empty) >= b->max_empty)
+	if (s->capacity != cur_capacity(c) || !b->enabled || sheaf_rd(b->nr_empty) >= sheaf_rd(b->max_empty))
 		sheaf_sheaf_free(c, s);
 	else
 		sheaf_barn_put_empty(b, s);
@@ -421,7 +421,7 @@ static void drain_sheaf(struct sheaf_cache *c, struct sheaf_pcs *pcs, struct she
 {
 	struct sheaf_barn *b = sheaf_pcs_barn(c, pcs);
 	if (s->size && !to_slabs && b->enabled && s->capacity == cur_capacity(c) &&
-	    sheaf_rd(b->nr_full) < b->max_full) {
+	    sheaf_rd(b->nr_full) < sheaf_rd(b->max_full)) {
 		sheaf_barn_put_full(b, s);
 		sheaf_stat_add(pcs, SHEAF_STAT_BARN_PUT, 1);
 		return;
@@ -447,7 +447,7 @@ void sheaf_pcs_drain(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool to_slabs
 		/* Main stays allocated only in per-CPU mode; the caller frees a thread's. */
 		if (m->size) {
 			struct sheaf_barn *b = sheaf_pcs_barn(c, pcs);
-			if (!to_slabs && b->enabled && sheaf_rd(b->nr_full) < b->max_full &&
+			if (!to_slabs && b->enabled && sheaf_rd(b->nr_full) < sheaf_rd(b->max_full) &&
 			    m->capacity == cur_capacity(c)) {
 				sheaf_barn_put_full(b, m);
 				sheaf_stat_add(pcs, SHEAF_STAT_BARN_PUT, 1);

@@ -337,7 +337,7 @@ static long sheaf_gp_done(struct sheaf_cache *c, struct sheaf_sheaf *s)
 	s->size = objs_prepare(c, s->objects, s->size);
 	struct sheaf_barn *b = c->node[s->node]->barn;
 	uint32_t cap = atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed);
-	if (s->size && b->enabled && s->capacity == cap && sheaf_rd(b->nr_full) < b->max_full) {
+	if (s->size && b->enabled && s->capacity == cap && sheaf_rd(b->nr_full) < sheaf_rd(b->max_full)) {
 		/* A sheaf that lost objects in objs_prepare still counts as full (K§4.3). */
 		sheaf_barn_put_full(b, s);
 		sheaf_stat_atomic(c, SHEAF_STAT_BARN_PUT, 1);
@@ -345,7 +345,7 @@ static long sheaf_gp_done(struct sheaf_cache *c, struct sheaf_sheaf *s)
 		if (s->size)
 			sheaf_stat_atomic(c, SHEAF_STAT_BARN_PUT_FAIL, 1);
 		sheaf_sheaf_flush(c, s, NULL);
-		if (b->enabled && s->capacity == cap && sheaf_rd(b->nr_empty) < b->max_empty)
+		if (b->enabled && s->capacity == cap && sheaf_rd(b->nr_empty) < sheaf_rd(b->max_empty))
 			sheaf_barn_put_empty(b, s);
 		else
 			sheaf_sheaf_free(c, s);
