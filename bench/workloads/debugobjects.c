@@ -183,7 +183,7 @@ static void do_run(struct bench_ctx *ctx)
 
 static const struct bench_workload wl_debugobjects = {
 	.name = "debugobjects",
-	.title = "Debug-objects churn (seed 002)",
+	.title = "6. Debug-objects churn (seed 002)",
 	.order = 45,
 	.about = "4 threads each track bursts of 1,024 objects (init + activate), then end them "
 		 "(deactivate + destroy + free), repeatedly; each window is a fresh child process "

@@ -299,7 +299,7 @@ static void rcu_run(struct bench_ctx *ctx)
 
 static const struct bench_workload wl_rcu = {
 	.name = "rcu",
-	.title = "Many caches, RCU churn, destroy latency (seed 000)",
+	.title = "3. Many caches, RCU churn, destroy latency (seed 000)",
 	.order = 30,
 	.about =
 		"A background thread keeps free_rcu traffic (100,000 objects/s, round-robin) on N "

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * shapes.c - workload 6 (docs/benchmarks.md): five whole-program malloc shapes,
+ * shapes.c - workload 7 (docs/benchmarks.md): five whole-program malloc shapes,
  * written for this project after the shapes of public allocator benchmarks
  * where Sheaf's malloc trailed (issue 17): each runs as a small program of its
  * own, and the figures are its wall time and its peak RSS.
@@ -564,7 +564,7 @@ static int sh_child(struct bench_ctx *ctx, const char *arg)
 
 static const struct bench_workload wl_shapes = {
 	.name = "shapes",
-	.title = "6. Malloc program shapes: time and peak RSS",
+	.title = "7. Malloc program shapes: time and peak RSS",
 	.order = 60,
 	.about = "Five small programs of the shapes where Sheaf's malloc trailed in public "
 		 "allocator benchmarks, written for this project, each run in a fresh child "
