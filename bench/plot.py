@@ -32,6 +32,7 @@ COLORS = {
 # x-axis titles: what the variant names on the axis are.
 XLABELS = {
     "fastpath": "pattern / object size (bytes)",
+    "bulk": "objects per call / object size (bytes)",
     "xcpu": "pattern / object size (bytes)",
     "memory": "workload / object size (bytes)",
     "mix": "size mix",
@@ -40,6 +41,7 @@ XLABELS = {
 }
 TITLES = {
     "fastpath": "Fast path, one thread",
+    "bulk": "Bulk alloc and free, one thread",
     "xcpu": "Cross-CPU producer/consumer",
     "memory": "Memory",
     "mix": "Malloc mix, random sizes, cross-thread frees",

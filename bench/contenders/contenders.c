@@ -31,6 +31,8 @@
 #pragma weak sheaf_cache_destroy
 #pragma weak sheaf_cache_alloc
 #pragma weak sheaf_cache_free
+#pragma weak sheaf_cache_alloc_bulk
+#pragma weak sheaf_cache_free_bulk
 #pragma weak sheaf_malloc
 #pragma weak sheaf_free
 #pragma weak sheaf_stats_print
@@ -182,6 +184,10 @@ static void init_sheaf_nochecks(void)
 	sc->c_destroy = (void (*)(struct sheaf_cache *))dlsym(h, "sheaf_cache_destroy");
 	sc->c_alloc = (void *(*)(struct sheaf_cache *))dlsym(h, "sheaf_cache_alloc");
 	sc->c_free = (void (*)(struct sheaf_cache *, void *))dlsym(h, "sheaf_cache_free");
+	sc->c_alloc_bulk = (size_t(*)(struct sheaf_cache *, size_t,
+				      void **))dlsym(h, "sheaf_cache_alloc_bulk");
+	sc->c_free_bulk =
+		(void (*)(struct sheaf_cache *, size_t, void **))dlsym(h, "sheaf_cache_free_bulk");
 	sc->available = sc->c_create && sc->c_destroy && sc->c_alloc && sc->c_free;
 	snprintf(sc->how, sizeof(sc->how), "%s",
 		 sc->available ?
@@ -214,6 +220,8 @@ static void init_sheaf(void)
 		a->c_destroy = sheaf_cache_destroy;
 		a->c_alloc = sheaf_cache_alloc;
 		a->c_free = sheaf_cache_free;
+		a->c_alloc_bulk = sheaf_cache_alloc_bulk;
+		a->c_free_bulk = sheaf_cache_free_bulk;
 		if (!sheaf_cache_create || !sheaf_cache_alloc || !sheaf_cache_free ||
 		    !sheaf_cache_destroy) {
 			snprintf(a->how, sizeof(a->how),
@@ -324,6 +332,8 @@ int bench_pool_open(struct bench_pool *p, const struct bench_alloc *a, size_t si
 		}
 		p->c_alloc = a->c_alloc;
 		p->c_free = a->c_free;
+		p->c_alloc_bulk = a->c_alloc_bulk;
+		p->c_free_bulk = a->c_free_bulk;
 		return 0;
 	}
 	case BK_DPDK:
@@ -339,6 +349,8 @@ int bench_pool_open(struct bench_pool *p, const struct bench_alloc *a, size_t si
 			return -1;
 		p->d_get = bench_dpdk_get;
 		p->d_put = bench_dpdk_put;
+		p->d_get_bulk = bench_dpdk_get_bulk;
+		p->d_put_bulk = bench_dpdk_put_bulk;
 		return 0;
 #else
 		snprintf(why, whylen, "DPDK not built");

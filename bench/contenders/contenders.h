@@ -52,6 +52,9 @@ struct bench_alloc {
 	void (*c_destroy)(struct sheaf_cache *);
 	void *(*c_alloc)(struct sheaf_cache *);
 	void (*c_free)(struct sheaf_cache *, void *);
+	/* BK_SHEAF: the bulk calls (NULL where the library has none). */
+	size_t (*c_alloc_bulk)(struct sheaf_cache *, size_t, void **);
+	void (*c_free_bulk)(struct sheaf_cache *, size_t, void **);
 };
 
 extern struct bench_alloc bench_allocs[];
@@ -67,9 +70,13 @@ struct bench_pool {
 	struct sheaf_cache *cache;
 	void *(*c_alloc)(struct sheaf_cache *);
 	void (*c_free)(struct sheaf_cache *, void *);
+	size_t (*c_alloc_bulk)(struct sheaf_cache *, size_t, void **);
+	void (*c_free_bulk)(struct sheaf_cache *, size_t, void **);
 	void *mp; /* BK_DPDK: struct rte_mempool * */
 	void *(*d_get)(void *);
 	void (*d_put)(void *, void *);
+	int (*d_get_bulk)(void *, void **, unsigned);
+	void (*d_put_bulk)(void *, void **, unsigned);
 	void **floor_objs;
 	size_t floor_n, floor_i;
 };
@@ -132,6 +139,52 @@ static inline void bench_free(struct bench_pool *p, void *o)
 	}
 }
 
+/* Bulk (the bulk workload): @n objects into @v, all or nothing (0 or -1), and back.
+ * Sheaf and DPDK pay one call for the batch (sheaf_cache_alloc_bulk/_free_bulk,
+ * rte_mempool_get_bulk/put_bulk); a malloc has no bulk call, so it pays one per object,
+ * which is what a program using it would do.  The floor hands out no objects. */
+static inline int bench_alloc_bulk(struct bench_pool *p, void **v, unsigned n)
+{
+	switch (p->kind) {
+	case BK_SHEAF:
+		if (p->c_alloc_bulk)
+			return p->c_alloc_bulk(p->cache, n, v) == n ? 0 : -1;
+		break;
+	case BK_DPDK:
+		return p->d_get_bulk(p->mp, v, n);
+	default:
+		break;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		v[i] = bench_alloc(p);
+		if (!v[i]) {
+			while (i--)
+				bench_free(p, v[i]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static inline void bench_free_bulk(struct bench_pool *p, void **v, unsigned n)
+{
+	switch (p->kind) {
+	case BK_SHEAF:
+		if (p->c_free_bulk) {
+			p->c_free_bulk(p->cache, n, v);
+			return;
+		}
+		break;
+	case BK_DPDK:
+		p->d_put_bulk(p->mp, v, n);
+		return;
+	default:
+		break;
+	}
+	for (unsigned i = 0; i < n; i++)
+		bench_free(p, v[i]);
+}
+
 /* ---- DPDK (dpdk.c; only when built with libdpdk) ------------------------------ */
 
 int bench_dpdk_init(char *why, size_t whylen);
@@ -139,6 +192,8 @@ void *bench_dpdk_pool_create(size_t size, size_t n, char *why, size_t whylen);
 void bench_dpdk_pool_free(void *mp);
 void *bench_dpdk_get(void *mp);
 void bench_dpdk_put(void *mp, void *obj);
+int bench_dpdk_get_bulk(void *mp, void **objs, unsigned n); /* 0, or -1: none taken */
+void bench_dpdk_put_bulk(void *mp, void **objs, unsigned n);
 /* Run @remote on EAL worker lcore 1 while the caller (the main lcore) runs
  * @local; wait for both. */
 int bench_dpdk_run_pair(void (*local)(void *), void (*remote)(void *), void *arg);

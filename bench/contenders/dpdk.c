@@ -11,9 +11,9 @@
  * private file prefix.  (--in-memory is refused together with --no-huge by
  * DPDK 22.11, which turns the latter into legacy memory.)
  *
- * get/put are inline in rte_mempool.h; they are wrapped here in one
- * out-of-line function each so the peer pays one call per operation, as the
- * others do.
+ * get/put (and their bulk forms) are inline in rte_mempool.h; they are wrapped
+ * here in one out-of-line function each so the peer pays one call per operation
+ * (per batch for the bulk forms), as the others do.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -122,6 +122,16 @@ void *bench_dpdk_get(void *mp)
 void bench_dpdk_put(void *mp, void *obj)
 {
 	rte_mempool_put(mp, obj);
+}
+
+int bench_dpdk_get_bulk(void *mp, void **objs, unsigned n)
+{
+	return rte_mempool_get_bulk(mp, objs, n) ? -1 : 0;
+}
+
+void bench_dpdk_put_bulk(void *mp, void **objs, unsigned n)
+{
+	rte_mempool_put_bulk(mp, objs, n);
 }
 
 struct remote_arg {

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Bulk calls larger than a sheaf (issue 18): freeing four sheaves' worth of objects in
+ * one call fills the calling CPU's main in runs and hands whole full sheaves to the
+ * barn (no object goes to a slab), and allocating them back takes whole sheaves from
+ * the barn (no object comes from a slab); a bulk call within main touches neither.
+ * Counted from the statistics, pinned to one CPU so that every call sees the same
+ * sheaves.
+ */
+#include "harness.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <sheaf.h>
+#include <sheaf_stats.h>
+
+static struct sheaf_stats stats_of(struct sheaf_cache *c)
+{
+	struct sheaf_stats st = { .size = sizeof(st) };
+	REQUIRE(sheaf_stats_get(c, &st) == 0);
+	return st;
+}
+
+#define DELTA(a, b, ev) ((b).events[SHEAF_STAT_##ev] - (a).events[SHEAF_STAT_##ev])
+
+static void test_whole_sheaves(void)
+{
+	cpu_set_t s;
+	CPU_ZERO(&s);
+	CPU_SET(0, &s);
+	pthread_setaffinity_np(pthread_self(), sizeof(s), &s);
+
+	struct sheaf_cache_args a = { .sheaf_capacity = 64 };
+	struct sheaf_cache *c = sheaf_cache_create("bulk-sheaves", 64, &a);
+	REQUIRE(c);
+	enum {
+		N = 4 * 64
+	};
+	void *v[N];
+	/* Warm: the objects come from slabs once. */
+	REQUIRE(sheaf_cache_alloc_bulk(c, N, v) == N);
+	struct sheaf_stats s0 = stats_of(c);
+	sheaf_cache_free_bulk(c, N, v);
+	struct sheaf_stats s1 = stats_of(c);
+	printf("# free_bulk(%d): fast %llu slow %llu, barn puts %llu, flushed %llu\n", N,
+	       (unsigned long long)DELTA(s0, s1, FREE_FASTPATH),
+	       (unsigned long long)DELTA(s0, s1, FREE_SLOWPATH),
+	       (unsigned long long)DELTA(s0, s1, BARN_PUT),
+	       (unsigned long long)DELTA(s0, s1, SHEAF_FLUSH));
+	CHECK(DELTA(s0, s1, FREE_FASTPATH) == N);
+	CHECK(DELTA(s0, s1, FREE_SLOWPATH) == 0);
+	CHECK(DELTA(s0, s1, SHEAF_FLUSH) == 0);
+	CHECK(DELTA(s0, s1, BARN_PUT) >=
+	      2); /* main and spare hold two sheaves, the barn the rest */
+
+	REQUIRE(sheaf_cache_alloc_bulk(c, N, v) == N);
+	struct sheaf_stats s2 = stats_of(c);
+	printf("# alloc_bulk(%d): fast %llu slow %llu, barn gets %llu, refilled %llu\n", N,
+	       (unsigned long long)DELTA(s1, s2, ALLOC_FASTPATH),
+	       (unsigned long long)DELTA(s1, s2, ALLOC_SLOWPATH),
+	       (unsigned long long)DELTA(s1, s2, BARN_GET),
+	       (unsigned long long)DELTA(s1, s2, SHEAF_REFILL));
+	CHECK(DELTA(s1, s2, ALLOC_FASTPATH) == N);
+	CHECK(DELTA(s1, s2, ALLOC_SLOWPATH) == 0);
+	CHECK(DELTA(s1, s2, SHEAF_REFILL) == 0);
+	CHECK(DELTA(s1, s2, BARN_GET) >= 1);
+	for (int i = 0; i < N; i++)
+		for (int j = i + 1; j < N; j++)
+			if (v[i] == v[j])
+				CHECKF(0, "object %p handed out twice", v[i]);
+
+	/* Within main: 32 out and back, no barn, no slab. */
+	sheaf_cache_free_bulk(c, 32, v);
+	struct sheaf_stats s3 = stats_of(c);
+	REQUIRE(sheaf_cache_alloc_bulk(c, 32, v) == 32);
+	sheaf_cache_free_bulk(c, 32, v);
+	struct sheaf_stats s4 = stats_of(c);
+	/* Per-thread mode harvests fast-path counts at the next slow path only. */
+	if (!strcmp(sheaf_percpu_mode(), "percpu-rseq"))
+		CHECK(DELTA(s3, s4, ALLOC_FASTPATH) == 32 && DELTA(s3, s4, FREE_FASTPATH) == 32);
+	CHECK(DELTA(s3, s4, BARN_GET) + DELTA(s3, s4, BARN_PUT) + DELTA(s3, s4, ALLOC_SLOWPATH) +
+		      DELTA(s3, s4, FREE_SLOWPATH) ==
+	      0);
+	sheaf_cache_free_bulk(c, N - 32, v + 32);
+	sheaf_cache_destroy(c);
+}
+
+int main(void)
+{
+	RUN(test_whole_sheaves);
+	return th_done();
+}
