@@ -381,90 +381,74 @@ void *sheaf_slab_alloc_one(struct sheaf_cache *c, struct sheaf_node *n)
 	return obj;
 }
 
-unsigned sheaf_slab_refill(struct sheaf_cache *c, struct sheaf_node *n, void **objs, unsigned min, unsigned max)
+/* Refill step 1 (K§2.3): isolate enough partial slabs of @n onto @iso under one
+ * list_lock hold: at least @min free objects when there are, at most @max. */
+static void refill_isolate(struct sheaf_node *n, struct sheaf_list *iso, unsigned min, unsigned max)
+{
+	unsigned est = 0;
+	sheaf_mutex_lock(&n->list_lock, sheaf_node_lock_id(n));
+	while (!sheaf_list_empty(&n->partial) && est < max) {
+		struct sheaf_slab *s = sheaf_list_first(&n->partial, struct sheaf_slab, sl_list);
+		uint64_t fc = FC_LOAD(s);
+		unsigned freecnt = SHEAF_FC_OBJECTS(fc) - SHEAF_FC_INUSE(fc);
+		if (est >= min && est + freecnt > max)
+			break;
+		remove_partial(n, s);
+		sheaf_list_add_tail(&s->sl_list, iso);
+		est += freecnt;
+	}
+	sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
+}
+
+/* Refill step 2: take the isolated slab @s's whole freelist in one CAS, hand out up to
+ * @room objects into @objs, and give the surplus back with one free (K§2.3 step 2).
+ * Returns the objects handed out. */
+static unsigned refill_take_slab(struct sheaf_cache *c, struct sheaf_slab *s, void **objs, unsigned room)
 {
 	unsigned got = 0;
-	struct sheaf_list iso;
-	sheaf_list_init(&iso);
-	if (sheaf_rd(n->nr_partial)) {
-		/* K§2.3 step 1: isolate enough partial slabs under one list_lock hold. */
-		unsigned est = 0;
-		sheaf_mutex_lock(&n->list_lock, sheaf_node_lock_id(n));
-		while (!sheaf_list_empty(&n->partial) && est < max) {
-			struct sheaf_slab *s = sheaf_list_first(&n->partial, struct sheaf_slab, sl_list);
-			uint64_t fc = FC_LOAD(s);
-			unsigned freecnt = SHEAF_FC_OBJECTS(fc) - SHEAF_FC_INUSE(fc);
-			if (est >= min && est + freecnt > max)
-				break;
-			remove_partial(n, s);
-			sheaf_list_add_tail(&s->sl_list, &iso);
-			est += freecnt;
-		}
-		sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
+	uint64_t old = FC_LOAD(s);
+	for (;;) {
+		uint64_t nw = SHEAF_FC_MAKE(SHEAF_FL_END, SHEAF_FC_OBJECTS(old), SHEAF_FC_OBJECTS(old),
+					    SHEAF_FC_FROZEN(old));
+		/* acq_rel: a free that sees this slab full next takes list_lock and puts it
+		 * on the partial list; the caller's list_del must happen before that. */
+		if (atomic_compare_exchange_weak_explicit(&s->sl_fc, &old, nw, memory_order_acq_rel,
+							  memory_order_relaxed))
+			break;
 	}
-	/* Step 2: take each isolated slab's whole freelist in one CAS; return the surplus. */
-	struct sheaf_list *pos, *tmp;
-	struct sheaf_list unused;
-	sheaf_list_init(&unused);
-	sheaf_list_for_each_safe(pos, tmp, &iso)
-	{
-		struct sheaf_slab *s = sheaf_container_of(pos, struct sheaf_slab, sl_list);
-		sheaf_list_del(&s->sl_list);
-		if (got >= max) {
-			sheaf_list_add_tail(&s->sl_list, &unused);
-			continue;
+	uint32_t objects = SHEAF_FC_OBJECTS(old);
+	uint32_t taken_free = objects - SHEAF_FC_INUSE(old);
+	uint32_t idx = SHEAF_FC_HEAD(old), walked = 0;
+	while (idx != SHEAF_FL_END && got < room) {
+		if (sheaf_unlikely(idx >= objects || walked >= taken_free)) {
+			sheaf_error(SHEAF_ERR_CORRUPTION, c->name, s->sl_base,
+				    "free list corrupted in the slab at this address (write after free?)");
+			return got;
 		}
-		uint64_t old = FC_LOAD(s);
-		for (;;) {
-			uint64_t nw = SHEAF_FC_MAKE(SHEAF_FL_END, SHEAF_FC_OBJECTS(old), SHEAF_FC_OBJECTS(old),
-						    SHEAF_FC_FROZEN(old));
-			/* acq_rel: a free that sees this slab full next takes list_lock and
-			 * puts it on the partial list; our list_del above must happen
-			 * before that. */
-			if (atomic_compare_exchange_weak_explicit(&s->sl_fc, &old, nw, memory_order_acq_rel,
-								  memory_order_relaxed))
-				break;
-		}
-		uint32_t objects = SHEAF_FC_OBJECTS(old);
-		uint32_t taken_free = objects - SHEAF_FC_INUSE(old);
-		uint32_t idx = SHEAF_FC_HEAD(old), walked = 0;
-		while (idx != SHEAF_FL_END && got < max) {
-			if (sheaf_unlikely(idx >= objects || walked >= taken_free)) {
-				sheaf_error(SHEAF_ERR_CORRUPTION, c->name, s->sl_base,
-					    "free list corrupted in the slab at this address (write after free?)");
-				idx = SHEAF_FL_END;
-				break;
-			}
-			objs[got++] = obj_at(c, s, idx);
-			walked++;
-			idx = fp_get(c, slot_at(c, s, idx));
-		}
-		if (idx != SHEAF_FL_END) {
-			/* Surplus: the rest of the chain goes back with one free (K§2.3 step 2). */
-			uint32_t head = idx, tail = idx, k = 1;
-			uint32_t nx = fp_get(c, slot_at(c, s, tail));
-			while (nx != SHEAF_FL_END && k < taken_free - walked) {
-				if (sheaf_unlikely(nx >= objects))
-					break;
-				tail = nx;
-				k++;
-				nx = fp_get(c, slot_at(c, s, tail));
-			}
-			slab_free_chain(c, s, head, tail, k);
-		}
+		objs[got++] = obj_at(c, s, idx);
+		walked++;
+		idx = fp_get(c, slot_at(c, s, idx));
 	}
-	if (!sheaf_list_empty(&unused)) {
-		/* Step 3: unused isolated slabs go back to the head of the list. */
-		sheaf_mutex_lock(&n->list_lock, sheaf_node_lock_id(n));
-		sheaf_list_for_each_safe(pos, tmp, &unused)
-		{
-			struct sheaf_slab *s = sheaf_container_of(pos, struct sheaf_slab, sl_list);
-			sheaf_list_del(&s->sl_list);
-			add_partial(n, s, false);
+	if (idx != SHEAF_FL_END) {
+		/* Surplus: the rest of the chain goes back with one free. */
+		uint32_t head = idx, tail = idx, k = 1;
+		uint32_t nx = fp_get(c, slot_at(c, s, tail));
+		while (nx != SHEAF_FL_END && k < taken_free - walked) {
+			if (sheaf_unlikely(nx >= objects))
+				break;
+			tail = nx;
+			k++;
+			nx = fp_get(c, slot_at(c, s, tail));
 		}
-		sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
+		slab_free_chain(c, s, head, tail, k);
 	}
-	/* Step 5: new slabs until min is reached. */
+	return got;
+}
+
+/* Refill step 5: new slabs of @n until @min objects are in @objs (@got already). */
+static unsigned refill_new_slabs(struct sheaf_cache *c, struct sheaf_node *n, void **objs, unsigned got,
+				 unsigned min, unsigned max)
+{
 	while (got < min) {
 		uint32_t take = SHEAF_MIN(max - got, c->objs_per_slab);
 		struct sheaf_slab *s = slab_new(c, n, objs + got, take);
@@ -478,6 +462,39 @@ unsigned sheaf_slab_refill(struct sheaf_cache *c, struct sheaf_node *n, void **o
 		}
 	}
 	return got;
+}
+
+unsigned sheaf_slab_refill(struct sheaf_cache *c, struct sheaf_node *n, void **objs, unsigned min, unsigned max)
+{
+	unsigned got = 0;
+	struct sheaf_list iso, unused;
+	sheaf_list_init(&iso);
+	sheaf_list_init(&unused);
+	if (sheaf_rd(n->nr_partial))
+		refill_isolate(n, &iso, min, max);
+	/* Step 2: each isolated slab's whole freelist; slabs not needed stay unused. */
+	struct sheaf_list *pos, *tmp;
+	sheaf_list_for_each_safe(pos, tmp, &iso)
+	{
+		struct sheaf_slab *s = sheaf_container_of(pos, struct sheaf_slab, sl_list);
+		sheaf_list_del(&s->sl_list);
+		if (got >= max)
+			sheaf_list_add_tail(&s->sl_list, &unused);
+		else
+			got += refill_take_slab(c, s, objs + got, max - got);
+	}
+	if (!sheaf_list_empty(&unused)) {
+		/* Step 3: unused isolated slabs go back to the head of the list. */
+		sheaf_mutex_lock(&n->list_lock, sheaf_node_lock_id(n));
+		sheaf_list_for_each_safe(pos, tmp, &unused)
+		{
+			struct sheaf_slab *s = sheaf_container_of(pos, struct sheaf_slab, sl_list);
+			sheaf_list_del(&s->sl_list);
+			add_partial(n, s, false);
+		}
+		sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
+	}
+	return refill_new_slabs(c, n, objs, got, min, max);
 }
 
 /* ---- Shrink, release, gauges, walkers ------------------------------------------------ */
