@@ -270,6 +270,102 @@ static void cache_struct_retire(struct sheaf_cache *c)
 		(void)sheaf_os_unmap(oldest, SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
 }
 
+/* Creation, step 1: who the cache is (name, flags, constructor, kernel compatibility,
+ * debugging, the checks of every free).  Returns whether its frees may use the free
+ * mark.  Under ASan and memcheck a freed object of a tracked cache is known to the
+ * tool, which reports a double free by itself (slab/track.h); the mark would be an
+ * access to poisoned memory there. */
+static bool cache_identity(struct sheaf_cache *c, const char *name, const struct sheaf_cache_args *args, bool meta)
+{
+	snprintf(c->name, sizeof(c->name), "%s", name ? name : "unnamed");
+	c->flags = args ? args->flags : 0;
+	c->ctor = args ? args->ctor : NULL;
+	c->kernel_compat = (c->flags & SHEAF_KERNEL_COMPAT) || sheaf_option_long(SHEAF_OPT_KERNEL_COMPAT);
+	if (!meta)
+		c->debug_flags = (c->flags & SHEAF_DEBUG_ALL) | sheaf_debug_slab_flags_for(c->name);
+	/* Debug caches check every free on their slab path, with fuller reports;
+	 * metadata caches serve Sheaf itself. */
+	c->free_checks = !meta && !c->debug_flags && sheaf_option_long(SHEAF_OPT_FREE_CHECKS);
+	c->random = ((uint64_t)(uintptr_t)c * 0x9E3779B97F4A7C15ull) ^ sheaf_os_now_ns();
+	return c->free_checks && !(sheaf_track_cache(c) && (SHEAF_TRACK_VALGRIND || sheaf_track_asan_ok(c)));
+}
+
+/* Creation, step 3: the capacity of the cache's sheaves (0: no sheaves), from the
+ * arguments, the SHEAF_SHEAF_CAPACITY option or the default; -EINVAL for an argument
+ * out of bounds. */
+static int cache_capacity_choose(struct sheaf_cache *c, const struct sheaf_cache_args *args, bool meta, uint32_t *cap)
+{
+	*cap = 0;
+	if (meta || c->debug_flags || (c->flags & SHEAF_NO_SHEAVES))
+		return 0;
+	if (args && args->sheaf_capacity) {
+		*cap = args->sheaf_capacity;
+		return cache_capacity_ok(c, *cap) ? 0 : -EINVAL;
+	}
+	if (sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY) > 0) {
+		/* The option applies to every cache: held to each one's byte bound. */
+		uint32_t o = (uint32_t)sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY);
+		*cap = SHEAF_MIN(o, (uint32_t)SHEAF_MAX((size_t)1, SHEAF_MAX_SHEAF_BYTES / c->slot_size));
+		return 0;
+	}
+	*cap = sheaf_cache_default_capacity(c);
+	return 0;
+}
+
+/* Creation, step 4: one node per NUMA node, each with its barn (D3: a barn for every
+ * node; Linux 7.0 only for nodes with memory).  False without memory. */
+static bool cache_nodes_init(struct sheaf_cache *c, uint32_t cap)
+{
+	struct sheaf_node *nodes = sheaf_os_map(nodes_struct_size());
+	if (!nodes)
+		return false;
+	for (int i = 0; i < sheaf_g.nnodes; i++) {
+		struct sheaf_node *n = &nodes[i];
+		n->barn = (struct sheaf_barn *)&nodes[sheaf_g.nnodes] + i;
+		n->cache = c;
+		n->malloc_cache = (c->flags & SHEAF_CACHE_MALLOC_CLASS) ? c : NULL;
+		n->nid = i;
+		n->mem_nid = sheaf_g.node_mem_nid[i];
+		n->has_memory = sheaf_g.node_has_mem[i];
+		pthread_mutex_init(&n->list_lock, NULL);
+		sheaf_list_init(&n->partial);
+		sheaf_barn_init(n->barn, cap > 0 && (n->has_memory || !c->kernel_compat), c->kernel_compat);
+		if (!c->kernel_compat)
+			sheaf_barn_set_limits(n->barn, (size_t)cap * c->slot_size);
+		c->node[i] = n;
+	}
+	/* D3 (issue 18): a memoryless node's objects are its nearest memory node's, so its
+	 * CPUs use that node's barn: the full sheaves a consumer there fills reach the
+	 * producers of the memory node, which would never read a barn of its own.  Not in
+	 * the Linux 7.0 configuration, where a memoryless node has no barn. */
+	if (!c->kernel_compat)
+		for (int i = 0; i < sheaf_g.nnodes; i++)
+			if (!sheaf_g.node_has_mem[i])
+				nodes[i].barn = nodes[sheaf_g.node_mem_nid[i]].barn;
+	return true;
+}
+
+/* Creation, step 5: the layers' per-cache state and an id in the registry; -ENOMEM
+ * when no id can be had. */
+static int cache_register(struct sheaf_cache *c, bool meta)
+{
+	c->is_meta = meta;
+	pthread_mutex_init(&c->pcs_lock, NULL);
+	sheaf_list_init(&c->pcs_list);
+	pthread_mutex_init(&c->prefilled_lock, NULL);
+	sheaf_list_init(&c->prefilled);
+	sheaf_list_init(&c->cache_list);
+	sheaf_pcs_setup_cache(c);
+	if (!meta)
+		sheaf_rcu_cache_init(c);
+	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
+	int r = alloc_id_locked(&c->id);
+	if (!r)
+		sheaf_list_add_tail(&c->cache_list, &sheaf_reg.caches);
+	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
+	return r;
+}
+
 struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, const struct sheaf_cache_args *args,
 						bool meta)
 {
@@ -288,21 +384,12 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 	struct sheaf_cache *c = cache_struct_get();
 	if (!c)
 		return NULL;
-	snprintf(c->name, sizeof(c->name), "%s", name ? name : "unnamed");
-	c->flags = args ? args->flags : 0;
-	c->ctor = args ? args->ctor : NULL;
-	c->kernel_compat = (c->flags & SHEAF_KERNEL_COMPAT) || sheaf_option_long(SHEAF_OPT_KERNEL_COMPAT);
-	if (!meta)
-		c->debug_flags = (c->flags & SHEAF_DEBUG_ALL) | sheaf_debug_slab_flags_for(c->name);
-	/* Debug caches check every free on their slab path, with fuller reports;
-	 * metadata caches serve Sheaf itself. */
-	c->free_checks = !meta && !c->debug_flags && sheaf_option_long(SHEAF_OPT_FREE_CHECKS);
-	/* Under ASan and memcheck a freed object of a tracked cache is known to the tool,
-	 * which reports a double free by itself (slab/track.h); the mark would be an
-	 * access to poisoned memory there. */
-	bool mark = c->free_checks && !(sheaf_track_cache(c) && (SHEAF_TRACK_VALGRIND || sheaf_track_asan_ok(c)));
-	c->random = ((uint64_t)(uintptr_t)c * 0x9E3779B97F4A7C15ull) ^ sheaf_os_now_ns();
+	bool mark = cache_identity(c, name, args, meta);
+	/* Step 2: the slot layout. */
 	r = compute_layout(c, size, args);
+	uint32_t cap = 0;
+	if (!r)
+		r = cache_capacity_choose(c, args, meta, &cap);
 	if (r) {
 		sheaf_os_unmap(c, SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
 		errno = -r;
@@ -312,73 +399,15 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 		       : c->mark_offset != 8 ? SHEAF_MARK_AT
 		       : c->start_mask	    ? SHEAF_MARK_WORD1_P2
 					    : SHEAF_MARK_WORD1;
-	uint32_t cap = 0;
-	if (!meta && !c->debug_flags && !(c->flags & SHEAF_NO_SHEAVES)) {
-		if (args && args->sheaf_capacity) {
-			cap = args->sheaf_capacity;
-			if (!cache_capacity_ok(c, cap)) {
-				sheaf_os_unmap(c, SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
-				errno = EINVAL;
-				return NULL;
-			}
-		} else if (sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY) > 0) {
-			/* The option applies to every cache: held to each one's byte bound. */
-			cap = (uint32_t)sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY);
-			cap = SHEAF_MIN(cap, (uint32_t)SHEAF_MAX((size_t)1, SHEAF_MAX_SHEAF_BYTES / c->slot_size));
-		} else {
-			cap = sheaf_cache_default_capacity(c);
-		}
-	}
 	c->capacity_default = cap;
 	atomic_store(&c->sheaf_capacity, cap);
 	capacity_ladder_init(c, cap, !(args && args->sheaf_capacity) &&
 					     sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY) <= 0);
-
-	struct sheaf_node *nodes = sheaf_os_map(nodes_struct_size());
-	if (!nodes) {
+	if (!cache_nodes_init(c, cap)) {
 		sheaf_os_unmap(c, SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
 		return NULL;
 	}
-	for (int i = 0; i < sheaf_g.nnodes; i++) {
-		struct sheaf_node *n = &nodes[i];
-		n->barn = (struct sheaf_barn *)&nodes[sheaf_g.nnodes] + i;
-		n->cache = c;
-		n->malloc_cache = (c->flags & SHEAF_CACHE_MALLOC_CLASS) ? c : NULL;
-		n->nid = i;
-		n->mem_nid = sheaf_g.node_mem_nid[i];
-		n->has_memory = sheaf_g.node_has_mem[i];
-		pthread_mutex_init(&n->list_lock, NULL);
-		sheaf_list_init(&n->partial);
-		/* D3: a barn for every node; Linux 7.0 only for nodes with memory. */
-		sheaf_barn_init(n->barn, cap > 0 && (n->has_memory || !c->kernel_compat), c->kernel_compat);
-		if (!c->kernel_compat)
-			sheaf_barn_set_limits(n->barn, (size_t)cap * c->slot_size);
-		c->node[i] = n;
-	}
-	/* D3 (issue 18): a memoryless node's objects are its nearest memory node's, so its
-	 * CPUs use that node's barn: the full sheaves a consumer there fills reach the
-	 * producers of the memory node, which would never read a barn of its own.  Not in
-	 * the Linux 7.0 configuration, where a memoryless node has no barn. */
-	if (!c->kernel_compat)
-		for (int i = 0; i < sheaf_g.nnodes; i++)
-			if (!sheaf_g.node_has_mem[i])
-				nodes[i].barn = nodes[sheaf_g.node_mem_nid[i]].barn;
-	c->is_meta = meta;
-	pthread_mutex_init(&c->pcs_lock, NULL);
-	sheaf_list_init(&c->pcs_list);
-	pthread_mutex_init(&c->prefilled_lock, NULL);
-	sheaf_list_init(&c->prefilled);
-	sheaf_list_init(&c->cache_list);
-	sheaf_pcs_setup_cache(c);
-	if (!meta)
-		sheaf_rcu_cache_init(c);
-
-	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
-	r = alloc_id_locked(&c->id);
-	if (!r)
-		sheaf_list_add_tail(&c->cache_list, &sheaf_reg.caches);
-	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
-	if (r) {
+	if (cache_register(c, meta)) {
 		cache_free_struct(c);
 		errno = ENOMEM;
 		return NULL;
