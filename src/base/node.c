@@ -66,73 +66,67 @@ static int node_distance(int a, int b)
 	return (int)strtol(s, NULL, 10);
 }
 
-int sheaf_node_topology_init(void)
+/* SHEAF_FAKE_NUMA="N[:memoryless=list]": CPU c on node c % N. */
+static void topology_fake(const char *fake, int ncpus)
 {
-	static unsigned char cpus[4096];
-	char buf[4096];
-	int ncpus = 0;
-	if (read_line("/sys/devices/system/cpu/possible", buf, sizeof(buf)) == 0)
-		ncpus = parse_list(buf, cpus, 4096) + 1;
-	if (ncpus <= 0) {
-		long n = sysconf(_SC_NPROCESSORS_CONF);
-		ncpus = n > 0 ? (int)n : 1;
+	char *end;
+	long n = strtol(fake, &end, 10);
+	if (n < 1 || n > SHEAF_MAX_NODES) {
+		sheaf_os_print("sheaf: SHEAF_FAKE_NUMA='%s': need 1..%d nodes; using 1", fake, SHEAF_MAX_NODES);
+		n = 1;
 	}
-	sheaf_g.ncpus = ncpus;
-	sheaf_g.cpu_node = sheaf_os_map(SHEAF_ALIGN_UP(sizeof(int) * (size_t)ncpus, SHEAF_PAGE_SIZE));
-	if (!sheaf_g.cpu_node)
-		return -ENOMEM;
+	sheaf_g.fake_numa = true;
+	sheaf_g.nnodes = (int)n;
+	for (int i = 0; i < n; i++)
+		sheaf_g.node_has_mem[i] = 1;
+	const char *ml = strstr(fake, "memoryless=");
+	if (ml) {
+		unsigned char bits[SHEAF_MAX_NODES] = { 0 };
+		parse_list(ml + strlen("memoryless="), bits, SHEAF_MAX_NODES);
+		for (int i = 1; i < n; i++)
+			if (bits[i])
+				sheaf_g.node_has_mem[i] = 0;
+	}
+	for (int c = 0; c < ncpus; c++)
+		sheaf_g.cpu_node[c] = (int)(c % n);
+}
 
-	const char *fake = sheaf_option_str(SHEAF_OPT_FAKE_NUMA);
-	if (fake && *fake) {
-		char *end;
-		long n = strtol(fake, &end, 10);
-		if (n < 1 || n > SHEAF_MAX_NODES) {
-			sheaf_os_print("sheaf: SHEAF_FAKE_NUMA='%s': need 1..%d nodes; using 1", fake, SHEAF_MAX_NODES);
-			n = 1;
-		}
-		sheaf_g.fake_numa = true;
-		sheaf_g.nnodes = (int)n;
-		for (int i = 0; i < n; i++)
-			sheaf_g.node_has_mem[i] = 1;
-		const char *ml = strstr(fake, "memoryless=");
-		if (ml) {
-			unsigned char bits[SHEAF_MAX_NODES] = { 0 };
-			parse_list(ml + strlen("memoryless="), bits, SHEAF_MAX_NODES);
-			for (int i = 1; i < n; i++)
-				if (bits[i])
-					sheaf_g.node_has_mem[i] = 0;
-		}
-		for (int c = 0; c < ncpus; c++)
-			sheaf_g.cpu_node[c] = (int)(c % n);
-	} else {
-		int nn = 1;
-		for (int nid = 0; nid < SHEAF_MAX_NODES; nid++) {
-			char path[128];
-			snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/cpulist", nid);
-			if (read_line(path, buf, sizeof(buf)) != 0)
-				continue;
-			unsigned char bits[4096] = { 0 };
-			parse_list(buf, bits, 4096);
-			for (int c = 0; c < ncpus && c < 4096; c++)
-				if (bits[c])
-					sheaf_g.cpu_node[c] = nid;
-			if (nid + 1 > nn)
-				nn = nid + 1;
-		}
-		sheaf_g.nnodes = nn;
-		unsigned char mem[SHEAF_MAX_NODES] = { 0 };
-		if (read_line("/sys/devices/system/node/has_memory", buf, sizeof(buf)) == 0)
-			parse_list(buf, mem, SHEAF_MAX_NODES);
-		else
-			mem[0] = 1;
-		int any = 0;
-		for (int i = 0; i < nn; i++) {
-			sheaf_g.node_has_mem[i] = mem[i];
-			any |= mem[i];
-		}
-		if (!any)
-			sheaf_g.node_has_mem[0] = 1;
+/* The real topology from sysfs: each node's CPUs, and which nodes have memory. */
+static void topology_sysfs(int ncpus)
+{
+	char buf[4096];
+	int nn = 1;
+	for (int nid = 0; nid < SHEAF_MAX_NODES; nid++) {
+		char path[128];
+		snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/cpulist", nid);
+		if (read_line(path, buf, sizeof(buf)) != 0)
+			continue;
+		unsigned char bits[4096] = { 0 };
+		parse_list(buf, bits, 4096);
+		for (int c = 0; c < ncpus && c < 4096; c++)
+			if (bits[c])
+				sheaf_g.cpu_node[c] = nid;
+		if (nid + 1 > nn)
+			nn = nid + 1;
 	}
+	sheaf_g.nnodes = nn;
+	unsigned char mem[SHEAF_MAX_NODES] = { 0 };
+	if (read_line("/sys/devices/system/node/has_memory", buf, sizeof(buf)) == 0)
+		parse_list(buf, mem, SHEAF_MAX_NODES);
+	else
+		mem[0] = 1;
+	int any = 0;
+	for (int i = 0; i < nn; i++) {
+		sheaf_g.node_has_mem[i] = mem[i];
+		any |= mem[i];
+	}
+	if (!any)
+		sheaf_g.node_has_mem[0] = 1;
+}
+
+/* D3: a memoryless node's slabs come from its nearest node with memory. */
+static void topology_mem_nodes(int ncpus)
+{
 	for (int c = 0; c < ncpus; c++)
 		sheaf_g.node_has_cpu[sheaf_g.cpu_node[c]] = 1;
 	for (int i = 0; i < sheaf_g.nnodes; i++) {
@@ -152,6 +146,29 @@ int sheaf_node_topology_init(void)
 		}
 		sheaf_g.node_mem_nid[i] = best < 0 ? 0 : best;
 	}
+}
+
+int sheaf_node_topology_init(void)
+{
+	static unsigned char cpus[4096];
+	char buf[4096];
+	int ncpus = 0;
+	if (read_line("/sys/devices/system/cpu/possible", buf, sizeof(buf)) == 0)
+		ncpus = parse_list(buf, cpus, 4096) + 1;
+	if (ncpus <= 0) {
+		long n = sysconf(_SC_NPROCESSORS_CONF);
+		ncpus = n > 0 ? (int)n : 1;
+	}
+	sheaf_g.ncpus = ncpus;
+	sheaf_g.cpu_node = sheaf_os_map(SHEAF_ALIGN_UP(sizeof(int) * (size_t)ncpus, SHEAF_PAGE_SIZE));
+	if (!sheaf_g.cpu_node)
+		return -ENOMEM;
+	const char *fake = sheaf_option_str(SHEAF_OPT_FAKE_NUMA);
+	if (fake && *fake)
+		topology_fake(fake, ncpus);
+	else
+		topology_sysfs(ncpus);
+	topology_mem_nodes(ncpus);
 	return 0;
 }
 
