@@ -85,100 +85,124 @@ static void put_num(struct out *o, unsigned long long v, unsigned base, bool neg
 		put(o, ' ');
 }
 
+/* One conversion's flags ('-', '0', '#'), width and length modifier. */
+struct fmt_spec {
+	bool left, alt;
+	char pad;
+	int width;
+	int lng; /* 0 int, 1 long, 2 long long, 3 size_t */
+};
+
+/* Parse the flags, width and length at @f (just after the '%'); returns the position
+ * of the conversion character. */
+static const char *fmt_parse(const char *f, struct fmt_spec *sp)
+{
+	*sp = (struct fmt_spec){ .pad = ' ' };
+	for (;; f++) {
+		if (*f == '-')
+			sp->left = true;
+		else if (*f == '0')
+			sp->pad = '0';
+		else if (*f == '#')
+			sp->alt = true;
+		else
+			break;
+	}
+	while (*f >= '0' && *f <= '9')
+		sp->width = sp->width * 10 + (*f++ - '0');
+	if (*f == 'l') {
+		sp->lng = 1;
+		if (*++f == 'l') {
+			sp->lng = 2;
+			f++;
+		}
+	} else if (*f == 'z') {
+		sp->lng = 3;
+		f++;
+	}
+	return f;
+}
+
+static void fmt_str(struct out *o, const char *s, const struct fmt_spec *sp)
+{
+	if (!s)
+		s = "(null)";
+	int len = (int)strlen(s), width = sp->width;
+	for (; !sp->left && width > len; width--)
+		put(o, ' ');
+	while (*s)
+		put(o, *s++);
+	for (; sp->left && width > len; width--)
+		put(o, ' ');
+}
+
+/* The conversion @conv (not 0) with @sp, its argument taken from @ap. */
+static void fmt_conv(struct out *o, char conv, const struct fmt_spec *sp, va_list *ap)
+{
+	switch (conv) {
+	case 's':
+		fmt_str(o, va_arg(*ap, const char *), sp);
+		break;
+	case 'c':
+		put(o, (char)va_arg(*ap, int));
+		break;
+	case 'p':
+		put(o, '0');
+		put(o, 'x');
+		put_num(o, (uintptr_t)va_arg(*ap, void *), 16, false, 0, ' ', false);
+		break;
+	case 'd':
+	case 'i': {
+		long long v = sp->lng == 0 ? va_arg(*ap, int)
+			      : sp->lng == 1 ? va_arg(*ap, long)
+			      : sp->lng == 2 ? va_arg(*ap, long long)
+					     : (long long)va_arg(*ap, size_t);
+		put_num(o, v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v, 10, v < 0, sp->width,
+			sp->pad, sp->left);
+		break;
+	}
+	case 'u':
+	case 'x': {
+		unsigned long long v = sp->lng == 0 ? va_arg(*ap, unsigned)
+				       : sp->lng == 1 ? va_arg(*ap, unsigned long)
+				       : sp->lng == 2 ? va_arg(*ap, unsigned long long)
+						      : va_arg(*ap, size_t);
+		if (conv == 'x' && sp->alt) {
+			put(o, '0');
+			put(o, 'x');
+		}
+		put_num(o, v, conv == 'x' ? 16 : 10, false, sp->width, sp->pad, sp->left);
+		break;
+	}
+	case '%':
+		put(o, '%');
+		break;
+	default: /* unknown conversion: print it as it is */
+		put(o, '%');
+		put(o, conv);
+		break;
+	}
+}
+
 size_t sheaf_vfmt(char *buf, size_t cap, const char *fmt, va_list ap)
 {
 	struct out o = { buf, cap, 0 };
 	if (!cap)
 		return 0;
+	va_list aq;
+	va_copy(aq, ap);
 	for (const char *f = fmt; *f; f++) {
 		if (*f != '%') {
 			put(&o, *f);
 			continue;
 		}
-		f++;
-		bool left = false, alt = false;
-		char pad = ' ';
-		for (;; f++) {
-			if (*f == '-')
-				left = true;
-			else if (*f == '0')
-				pad = '0';
-			else if (*f == '#')
-				alt = true;
-			else
-				break;
-		}
-		int width = 0;
-		while (*f >= '0' && *f <= '9')
-			width = width * 10 + (*f++ - '0');
-		int lng = 0; /* 0 int, 1 long, 2 long long, 3 size_t */
-		if (*f == 'l') {
-			lng = 1;
-			if (*++f == 'l') {
-				lng = 2;
-				f++;
-			}
-		} else if (*f == 'z') {
-			lng = 3;
-			f++;
-		}
-		switch (*f) {
-		case 's': {
-			const char *s = va_arg(ap, const char *);
-			if (!s)
-				s = "(null)";
-			int len = (int)strlen(s);
-			for (; !left && width > len; width--)
-				put(&o, ' ');
-			while (*s)
-				put(&o, *s++);
-			for (; left && width > len; width--)
-				put(&o, ' ');
-			break;
-		}
-		case 'c':
-			put(&o, (char)va_arg(ap, int));
-			break;
-		case 'p':
-			put(&o, '0');
-			put(&o, 'x');
-			put_num(&o, (uintptr_t)va_arg(ap, void *), 16, false, 0, ' ', false);
-			break;
-		case 'd':
-		case 'i': {
-			long long v = lng == 0 ? va_arg(ap, int)
-				      : lng == 1 ? va_arg(ap, long)
-				      : lng == 2 ? va_arg(ap, long long)
-						 : (long long)va_arg(ap, size_t);
-			put_num(&o, v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v, 10, v < 0, width, pad,
-				left);
-			break;
-		}
-		case 'u':
-		case 'x': {
-			unsigned long long v = lng == 0 ? va_arg(ap, unsigned)
-					       : lng == 1 ? va_arg(ap, unsigned long)
-					       : lng == 2 ? va_arg(ap, unsigned long long)
-							  : va_arg(ap, size_t);
-			if (*f == 'x' && alt) {
-				put(&o, '0');
-				put(&o, 'x');
-			}
-			put_num(&o, v, *f == 'x' ? 16 : 10, false, width, pad, left);
-			break;
-		}
-		case '%':
-			put(&o, '%');
-			break;
-		case 0:
-			f--; /* a lone '%' at the end */
-			break;
-		default: /* unknown conversion: print it as it is */
-			put(&o, '%');
-			put(&o, *f);
-			break;
-		}
+		struct fmt_spec sp;
+		f = fmt_parse(f + 1, &sp);
+		if (!*f)
+			break; /* a lone '%' at the end */
+		fmt_conv(&o, *f, &sp, &aq);
 	}
+	va_end(aq);
 	o.b[o.n] = 0;
 	return o.n;
 }
