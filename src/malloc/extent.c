@@ -630,6 +630,35 @@ static void *map_aligned(size_t len, size_t align)
 	return p;
 }
 
+/* A new mapping for a large block of @n bytes aligned to @align, *@len bytes long
+ * (the size step; less where address space is short).  The rounding to a size step
+ * costs address space, not memory: where address space is limited (RLIMIT_AS, checked
+ * at each mapping because a program may set it at any time) or runs out, do without
+ * it, as glibc does.  Such an extent is not cached when freed (malloc_extent_put): its
+ * address space goes back at once. */
+static void *large_map(size_t n, size_t align, size_t *len)
+{
+	size_t exact = round_up(n, PAGE);
+	if (exact < *len && address_space_limited())
+		*len = exact;
+	void *p = map_aligned(*len, align);
+	if (!p && exact < *len) {
+		*len = exact;
+		p = map_aligned(*len, align);
+	}
+	if (!p) {
+		/* Out of address space: what the cache holds goes back first. */
+		size_t count, bytes;
+		sheaf_malloc_extent_cache_stat(&count, &bytes);
+		if (count) {
+			sheaf_malloc_extent_cache_drain();
+			*len = exact;
+			p = map_aligned(*len, align);
+		}
+	}
+	return p;
+}
+
 void *malloc_large_alloc(size_t n, size_t align, bool zero)
 {
 	if (unlikely(n > SIZE_LIMIT - PAGE)) {
@@ -664,29 +693,7 @@ void *malloc_large_alloc(size_t n, size_t align, bool zero)
 		len = got;
 	}
 	if (!p) {
-		/* The rounding to a size step costs address space, not memory: where
-		 * address space is limited (RLIMIT_AS, checked at each mapping because a
-		 * program may set it at any time) or runs out, do without it, as glibc
-		 * does.  Such an extent is not cached when freed (xc_put): its address
-		 * space goes back at once. */
-		size_t exact = round_up(n, PAGE);
-		if (exact < len && address_space_limited())
-			len = exact;
-		p = map_aligned(len, align);
-		if (!p && exact < len) {
-			len = exact;
-			p = map_aligned(len, align);
-		}
-		if (!p) {
-			/* Out of address space: what the cache holds goes back first. */
-			size_t count, bytes;
-			sheaf_malloc_extent_cache_stat(&count, &bytes);
-			if (count) {
-				sheaf_malloc_extent_cache_drain();
-				len = exact;
-				p = map_aligned(len, align);
-			}
-		}
+		p = large_map(n, align, &len);
 		if (!p) {
 			errno = ENOMEM;
 			return NULL;
