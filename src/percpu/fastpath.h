@@ -353,21 +353,42 @@ sheaf_fast_inline size_t sheaf_free_batch_check(struct sheaf_cache *c, void *con
 		*stop = SHEAF_BATCH_OTHER;
 		return 0;
 	}
+	/* Everything the loop reads but the objects, in locals: the mark stores could
+	 * otherwise alias them and have them reloaded for every object.  The heap's size
+	 * is read once: every object of the call was allocated before it began. */
+	const uintptr_t base = (uintptr_t)sheaf_heap.base, limit = sheaf_rd(sheaf_heap.size);
+	const uintptr_t *pagemap = sheaf_heap.pagemap;
+	const uintptr_t mask = c->slab_mask;
+	const uint64_t recip = c->slot_recip, slot = c->slot_size, fkey = sheaf_free_key;
+	const bool checks = c->free_checks;
+	const int mark = c->free_mark;
+	const size_t mark_off = mark == SHEAF_MARK_WORD1 ? 8 : c->mark_offset;
 	for (size_t i = 0; i < n; i++) {
 		void *obj = objs[i];
-		if (sheaf_unlikely(i && sheaf_page_key(obj) != run) ||
-		    sheaf_unlikely(c->free_checks && !sheaf_obj_is_start(c, obj)) ||
-		    sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
+		uintptr_t off = (uintptr_t)obj - base;
+		if (i && sheaf_unlikely(off >= limit ||
+					__atomic_load_n(&pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED) != run)) {
 			*stop = SHEAF_BATCH_OTHER;
 			return i;
 		}
-		if (c->free_mark) {
-			uint64_t *mk = sheaf_mark_word_fast(c, obj);
-			if (sheaf_unlikely(*mk == sheaf_free_key)) {
+		if (checks) { /* sheaf_obj_is_start, with the geometry in registers */
+			uintptr_t in = (uintptr_t)obj & mask;
+			if (sheaf_unlikely(((in * recip) >> 32) * slot != in)) {
+				*stop = SHEAF_BATCH_OTHER;
+				return i;
+			}
+		}
+		if (sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
+			*stop = SHEAF_BATCH_OTHER;
+			return i;
+		}
+		if (mark) {
+			uint64_t *mk = (uint64_t *)((uintptr_t)obj + mark_off);
+			if (sheaf_unlikely(*mk == fkey)) {
 				*stop = SHEAF_BATCH_MARKED;
 				return i;
 			}
-			*mk = sheaf_free_key;
+			*mk = fkey;
 		}
 	}
 	*stop = SHEAF_BATCH_END;
