@@ -96,8 +96,18 @@ void sheaf_fork_register(enum sheaf_lock_id id, const struct sheaf_fork_ops *ops
 	atomic_store_explicit(&fork_ops[id], ops, memory_order_release);
 }
 
+/* Rank FORK: held across the whole walk (see sheaf_fork_settle()). */
+static pthread_mutex_t fork_walk_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void sheaf_fork_settle(void)
+{
+	sheaf_mutex_lock(&fork_walk_lock, SHEAF_LOCK_FORK);
+	sheaf_mutex_unlock(&fork_walk_lock, SHEAF_LOCK_FORK);
+}
+
 static void fork_prepare(void)
 {
+	sheaf_mutex_lock(&fork_walk_lock, SHEAF_LOCK_FORK);
 	tls_fork_walk = 1;
 	for (int r = 0; r < SHEAF_LOCK_NR; r++) {
 		const struct sheaf_fork_ops *ops =
@@ -118,6 +128,7 @@ static void fork_release(bool child)
 		fork_taken[r] = false;
 	}
 	tls_fork_walk = 0;
+	sheaf_mutex_unlock(&fork_walk_lock, SHEAF_LOCK_FORK);
 }
 
 static void fork_parent(void)

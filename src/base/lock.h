@@ -27,6 +27,10 @@
 #include "base/config.h"
 
 #define SHEAF_LOCK_TABLE(X)                                                                       \
+	X(FORK, "fork walk lock", "src/base/lock.c",                                              \
+	  "held by the forking thread from the prepare handler to the end of the parent or "      \
+	  "child handler: a layer that registers its ranks late waits for a fork in progress",    \
+	  "taken first, released last (the walk itself)")                                         \
 	X(RCU_WARM, "rcu warm_lock", "src/rcu/rcu_free.c",                                        \
 	  "creation of the RCU flavour's call_rcu worker (it starts a thread, which may call "    \
 	  "malloc)",                                                                              \
@@ -151,6 +155,10 @@ struct sheaf_fork_ops {
 void sheaf_fork_register(enum sheaf_lock_id id, const struct sheaf_fork_ops *ops);
 /* Register the process's fork handlers (once; 0 or the pthread_atfork error). */
 int sheaf_fork_handlers_install(void);
+/* After registering ranks late (malloc, debug objects; no Sheaf lock held): wait for a
+ * fork whose prepare handler may have walked past those ranks before they existed, so
+ * that none of their locks is taken before that fork is over. */
+void sheaf_fork_settle(void);
 /* True between the prepare handler and the end of the parent/child handler, in the
  * forking thread: the walk takes many locks of one rank, in table order. */
 bool sheaf_fork_walking(void);

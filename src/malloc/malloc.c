@@ -38,6 +38,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +129,9 @@ static struct sheaf_cache *__attribute__((noinline)) class_create(unsigned int i
 	 * core cannot be entered again and init_lock ranks after sc_lock (base/lock.h). */
 	if (malloc_tls_creating || sheaf_init_running_here())
 		return NULL;
+	/* sc_lock is taken only once the fork walk knows it: a fork while a class was
+	 * created with no handler for sc_lock yet left the child with sc_lock held. */
+	malloc_fork_handlers_ensure();
 	int e = errno;
 	sheaf_mutex_lock(&sc_lock, SHEAF_LOCK_MALLOC_CLASS);
 	struct sheaf_cache *c = atomic_load_explicit(&sheaf_malloc_classes[i], memory_order_acquire);
@@ -188,15 +192,26 @@ static void fork_release_class(bool child)
  * sc_lock and never while this thread initialises the core. */
 void malloc_fork_handlers_ensure(void)
 {
-	if (sheaf_likely(atomic_load_explicit(&fork_handlers_registered, memory_order_relaxed)) ||
+	if (sheaf_likely(atomic_load_explicit(&fork_handlers_registered, memory_order_acquire) == 2) ||
 	    malloc_tls_creating || sheaf_init_running_here())
 		return;
-	if (atomic_exchange(&fork_handlers_registered, 1))
+	int expected = 0;
+	if (!atomic_compare_exchange_strong(&fork_handlers_registered, &expected, 1)) {
+		/* Another thread is registering: its locks are usable once it is done. */
+		while (atomic_load(&fork_handlers_registered) == 1)
+			sched_yield();
 		return;
+	}
 	static const struct sheaf_fork_ops cls = { fork_take_class, fork_release_class };
 	sheaf_fork_register(SHEAF_LOCK_MALLOC_CLASS, &cls);
 	malloc_extent_fork_register();
+	/* pthread_atfork allocates: from the bootstrap arena (as while creating a class),
+	 * not through class_create, which would wait for this very registration. */
+	malloc_tls_creating++;
 	int r = sheaf_fork_handlers_install();
+	malloc_tls_creating--;
+	sheaf_fork_settle();
+	atomic_store_explicit(&fork_handlers_registered, 2, memory_order_release);
 	if (r != 0) {
 		/* The extent locks would be copied held into a child: say so. */
 		sheaf_os_print("sheaf: malloc: pthread_atfork failed (error %d): a child of fork "
