@@ -9,7 +9,7 @@
  *   - SHEAF_PERCPU=thread,
  *   - GLIBC_TUNABLES=glibc.pthread.rseq=0 (per-thread chosen automatically),
  * and, where libsheaf-malloc.so is built and no sanitizer is in the way, each mode
- * once more under LD_PRELOAD (100 forks) so that malloc() itself is Sheaf's too.
+ * once more under LD_PRELOAD (50 forks) so that malloc() itself is Sheaf's too.
  * FORK_TEST_FORKS=n overrides the number of forks of every run.
  *
  * A run ("run" argument) starts 4 threads that allocate, free and free through RCU
@@ -279,11 +279,11 @@ int main(int argc, char **argv)
 		const char *p1[] = { lib, NULL };
 		const char *p2[] = { lib, "SHEAF_PERCPU=thread", NULL };
 		const char *p3[] = { lib, "GLIBC_TUNABLES=glibc.pthread.rseq=0", NULL };
-		/* 100 forks each: the 500 above already cover the object API and
+		/* 50 forks each: the 500 above already cover the object API and
 		 * sheaf_malloc in every mode. */
-		one_mode("default mode, preload", p1, NULL, 100);
-		one_mode("SHEAF_PERCPU=thread, preload", p2, "per-thread", 100);
-		one_mode("GLIBC_TUNABLES=glibc.pthread.rseq=0, preload", p3, "per-thread", 100);
+		one_mode("default mode, preload", p1, NULL, 50);
+		one_mode("SHEAF_PERCPU=thread, preload", p2, "per-thread", 50);
+		one_mode("GLIBC_TUNABLES=glibc.pthread.rseq=0, preload", p3, "per-thread", 50);
 	} else {
 		printf("# libsheaf-malloc.so not built: preload runs skipped\n");
 	}
