@@ -123,7 +123,7 @@ static void free_checked_locked(struct sheaf_cache *c, void *const *objs, size_t
 	struct sheaf_pcs *pcs = sheaf_pcs_lock(c);
 	if (!pcs)
 		sheaf_stat_atomic(c, SHEAF_STAT_PCS_LOCK_FAIL, 1);
-	else if (key == pcs->key || (!c->kernel_compat && !sheaf_g.node_has_mem[pcs->node])) {
+	else if (key == pcs->key || (c->policy.cache_remote_on_memoryless && !sheaf_g.node_has_mem[pcs->node])) {
 		/* K§2.5: remote objects bypass the sheaves, except on a memoryless node (D3). */
 		while (k) {
 			struct sheaf_sheaf *m = pcs->main;

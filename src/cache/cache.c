@@ -166,7 +166,7 @@ void sheaf_cache_free_slowpath(struct sheaf_cache *c, void *obj, struct sheaf_pc
 		cache_free_to_slab(c, obj);
 		return;
 	}
-	if (key != pcs->key && (c->kernel_compat || sheaf_g.node_has_mem[pcs->node])) {
+	if (key != pcs->key && (!c->policy.cache_remote_on_memoryless || sheaf_g.node_has_mem[pcs->node])) {
 		/* K§2.5: remote-node objects bypass the sheaves -- except on a memoryless node,
 		 * where every object is remote and is cached anyway (D3). */
 		sheaf_pcs_unlock(c, pcs);

@@ -69,7 +69,7 @@ uint32_t sheaf_cache_default_capacity(const struct sheaf_cache *c)
 		tier = 60;
 		cpu_partial = 120;
 	}
-	if (c->kernel_compat)
+	if (!c->policy.capacity_counts_slab)
 		return tier;
 	/* D1: also count the old per-CPU slab, so that 2 x capacity >= cpu slab +
 	 * cpu_partial of v6.19 (seed 001, Points 1 and 2). */
@@ -106,7 +106,7 @@ static void capacity_ladder_init(struct sheaf_cache *c, uint32_t cap, bool adapt
 {
 	c->capacity_ladder[0] = cap;
 	c->capacity_steps = 1;
-	for (unsigned i = 1; adaptive && cap && !c->kernel_compat && i < SHEAF_ADAPT_STEPS; i++) {
+	for (unsigned i = 1; adaptive && cap && c->policy.adaptive_capacity && i < SHEAF_ADAPT_STEPS; i++) {
 		uint32_t next = round_capacity(2 * c->capacity_ladder[i - 1]);
 		size_t meta = SHEAF_SHEAF_HDR + (size_t)next * sizeof(void *);
 		if (next <= c->capacity_ladder[i - 1] || next > SHEAF_MAX_SHEAF_CAPACITY || meta > 4096 ||
@@ -270,6 +270,22 @@ static void cache_struct_retire(struct sheaf_cache *c)
 		(void)sheaf_os_unmap(oldest, SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
 }
 
+/* Sheaf's behaviour, or Linux 7.0's for a kernel-compatible cache (slab/slab.h). */
+static void cache_policy_init(struct sheaf_cache_policy *p, bool kernel_compat)
+{
+	bool sheaf = !kernel_compat;
+	*p = (struct sheaf_cache_policy){
+		.capacity_counts_slab = sheaf,
+		.adaptive_capacity = sheaf,
+		.barn_on_memoryless = sheaf,
+		.cache_remote_on_memoryless = sheaf,
+		.slab_path_without_barn = kernel_compat,
+		.per_cache_rcu_barrier = sheaf,
+		.barn_limits_in_bytes = sheaf,
+		.barn_trim = sheaf,
+	};
+}
+
 /* Creation, step 1: who the cache is (name, flags, constructor, kernel compatibility,
  * debugging, the checks of every free).  Returns whether its frees may use the free
  * mark.  Under ASan and memcheck a freed object of a tracked cache is known to the
@@ -281,6 +297,7 @@ static bool cache_identity(struct sheaf_cache *c, const char *name, const struct
 	c->flags = args ? args->flags : 0;
 	c->ctor = args ? args->ctor : NULL;
 	c->kernel_compat = (c->flags & SHEAF_KERNEL_COMPAT) || sheaf_option_long(SHEAF_OPT_KERNEL_COMPAT);
+	cache_policy_init(&c->policy, c->kernel_compat);
 	if (!meta)
 		c->debug_flags = (c->flags & SHEAF_DEBUG_ALL) | sheaf_debug_slab_flags_for(c->name);
 	/* Debug caches check every free on their slab path, with fuller reports;
@@ -329,8 +346,9 @@ static bool cache_nodes_init(struct sheaf_cache *c, uint32_t cap)
 		n->has_memory = sheaf_g.node_has_mem[i];
 		pthread_mutex_init(&n->list_lock, NULL);
 		sheaf_list_init(&n->partial);
-		sheaf_barn_init(n->barn, cap > 0 && (n->has_memory || !c->kernel_compat), c->kernel_compat);
-		if (!c->kernel_compat)
+		sheaf_barn_init(n->barn, cap > 0 && (n->has_memory || c->policy.barn_on_memoryless),
+				!c->policy.barn_limits_in_bytes);
+		if (c->policy.barn_limits_in_bytes)
 			sheaf_barn_set_limits(n->barn, (size_t)cap * c->slot_size);
 		c->node[i] = n;
 	}
@@ -338,7 +356,7 @@ static bool cache_nodes_init(struct sheaf_cache *c, uint32_t cap)
 	 * CPUs use that node's barn: the full sheaves a consumer there fills reach the
 	 * producers of the memory node, which would never read a barn of its own.  Not in
 	 * the Linux 7.0 configuration, where a memoryless node has no barn. */
-	if (!c->kernel_compat)
+	if (c->policy.barn_on_memoryless)
 		for (int i = 0; i < sheaf_g.nnodes; i++)
 			if (!sheaf_g.node_has_mem[i])
 				nodes[i].barn = nodes[sheaf_g.node_mem_nid[i]].barn;

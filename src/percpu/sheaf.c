@@ -181,7 +181,7 @@ void sheaf_barn_maybe_trim(struct sheaf_cache *c, struct sheaf_barn *b, struct s
 		if (dir)
 			sheaf_capacity_adapt(c, dir);
 	}
-	if (sheaf_likely(!sheaf_rd(b->trim_due)) || c->kernel_compat ||
+	if (sheaf_likely(!sheaf_rd(b->trim_due)) || !c->policy.barn_trim ||
 	    !sheaf_option_long(SHEAF_OPT_BARN_EWMA))
 		return;
 	struct sheaf_list full, empty, *pos, *tmp;
@@ -297,7 +297,7 @@ static bool replace_empty(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool ref
 			return true;
 		}
 		sheaf_stat_add(pcs, SHEAF_STAT_BARN_GET_FAIL, 1);
-	} else if (c->kernel_compat) {
+	} else if (c->policy.slab_path_without_barn) {
 		/* Linux 7.0: no barn on a memoryless node, so no refill either (K§2.2 step 3);
 		 * every miss takes the single-object slab path (seed 001). */
 		return false;
@@ -372,7 +372,7 @@ bool sheaf_pcs_replace_full_main(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 	struct sheaf_sheaf *m = pcs->main;
 	struct sheaf_barn *b = sheaf_pcs_barn(c, pcs);
 
-	if (!b->enabled && c->kernel_compat)
+	if (!b->enabled && c->policy.slab_path_without_barn)
 		return false; /* K§2.6 step 1: no barn, free to the slab */
 	if (is_sentinel(m)) {
 		struct sheaf_sheaf *e = get_empty(c, b);

@@ -104,7 +104,7 @@ SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 	struct rcu_state *st = c->rcu_priv;
 	const char *mode = sheaf_option_str(SHEAF_OPT_RCU_BARRIER);
 	bool all_caches = mode && !strcmp(mode, "global");
-	bool global = all_caches || c->kernel_compat;
+	bool global = all_caches || !c->policy.per_cache_rcu_barrier;
 	/* D5: nothing in flight anywhere for this cache: return at once.  (The kernel's
 	 * barrier always waits; so do the comparison modes.) */
 	if (!global && atomic_load(&c->rcu_inflight_objects) == 0 &&

@@ -58,6 +58,25 @@ struct sheaf_node {
 
 /* ---- Cache (K§1.6) ------------------------------------------------------------------ */
 
+/* Where Sheaf departs from Linux 7.0 (docs/design.md, D1-D7), decided once when the
+ * cache is created (cache/create.c, cache_policy_init): Sheaf's behaviour, or the
+ * kernel's for a SHEAF_KERNEL_COMPAT cache.  The slow paths read these fields; none
+ * tests the flag itself. */
+struct sheaf_cache_policy {
+	bool capacity_counts_slab;       /* D1: the default capacity also counts the old CPU
+					    slab, with a byte floor (else the size tiers) */
+	bool adaptive_capacity;          /* D2: capacity steps with the barn's exchange rate */
+	bool barn_on_memoryless;         /* D3: a memoryless node's CPUs use a barn (their
+					    memory node's); 7.0: none */
+	bool cache_remote_on_memoryless; /* D3: remote frees are cached on a memoryless node
+					    (K§2.5: they bypass the sheaves) */
+	bool slab_path_without_barn;     /* 7.0: no barn means no refill and no free to a
+					    sheaf (K§2.2 step 3, K§2.6 step 1) */
+	bool per_cache_rcu_barrier;      /* D5 (7.0: the global rcu_barrier) */
+	bool barn_limits_in_bytes;       /* D6: barn limits sized in bytes (7.0: 10 + 10) */
+	bool barn_trim;                  /* D6: barns trimmed to their working set */
+};
+
 /* sheaf_cache.magic: a live cache, and one destroyed (its descriptor is kept, so that
  * later calls with the stale handle are recognised and reported, until a new cache
  * reuses it). */
@@ -106,7 +125,8 @@ struct sheaf_cache {
 	void (*ctor)(void *);
 	uint64_t random;             /* freelist encoding secret */
 	char name[48];
-	bool kernel_compat;          /* SHEAF_KERNEL_COMPAT */
+	bool kernel_compat;          /* SHEAF_KERNEL_COMPAT asked for; its consequences: */
+	struct sheaf_cache_policy policy; /* written once at creation */
 
 	struct sheaf_node *node[SHEAF_MAX_NODES]; /* every node with CPUs or memory */
 
