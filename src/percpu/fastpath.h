@@ -383,7 +383,7 @@ sheaf_fast_inline size_t sheaf_free_batch_check(struct sheaf_cache *c, void *con
 			return i;
 		}
 		if (mark) {
-			uint64_t *mk = (uint64_t *)((uintptr_t)obj + mark_off);
+			sheaf_mark_t *mk = (sheaf_mark_t *)((uintptr_t)obj + mark_off);
 			if (sheaf_unlikely(*mk == fkey)) {
 				*stop = SHEAF_BATCH_MARKED;
 				return i;
