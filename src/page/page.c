@@ -295,7 +295,11 @@ static long block_take_locked(int nid)
 			return (long)blk;
 		h->holes++; /* taken by another mapping while it was unmapped: give it up */
 	}
-	for (unsigned tries = 0; tries < 64; tries++) {
+	/* Every block up to the cap may be tried: a foreign mapping inside the window (a
+	 * glibc arena is 64 MiB, 32 blocks; a few of them and some thread stacks are more
+	 * than any fixed number of tries) must cost a skip, never a spurious ENOMEM.  The
+	 * loop ends because next_block only grows and cover_grow_locked() fails at the cap. */
+	for (;;) {
 		if ((h->next_block + 1) << SHEAF_BLOCK_SHIFT > h->size && cover_grow_locked() != 0)
 			return -1;
 		int r = block_map_locked(h->next_block);
