@@ -25,6 +25,7 @@
  * multi-threaded fork: TSan does not support that (die_after_fork), and gcc 12's
  * libasan allocator locks are not fork-safe (a child's thread can hang in it).
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -82,8 +83,17 @@ static int round_of_work(struct sheaf_cache *c, unsigned seed, bool rcu)
 		 * sanitizer's allocator, whose locks are not fork-safe (a child hung in
 		 * libasan's allocator, its lock copied held from a busy thread). */
 		char *g = SANITIZE_THREAD || SANITIZE_ADDRESS ? (char *)v[i] : malloc(40 + (size_t)i);
-		if (!v[i] || !m[i] || !g)
+		if (!v[i] || !m[i] || !g) {
+			/* Say which allocation failed and why: a NULL here was seen once in a
+			 * matrix run (rseq=0 mode, loaded machine) and is not explained yet. */
+			int e = errno;
+			const char *what = !v[i] ? "sheaf_cache_alloc" : "malloc";
+			if (v[i] && !m[i])
+				what = "sheaf_malloc";
+			fprintf(stderr, "# pid %d: NULL from %s (errno %d: %s)\n", (int)getpid(),
+				what, e, strerror(e));
 			return 10;
+		}
 		fill(v[i], seed + (unsigned)i);
 		m[i][0] = (char)i;
 		if (g != v[i])
