@@ -139,6 +139,25 @@ static inline void th_run_child(void (*fn)(void *), void *arg, struct th_child *
 }
 
 /* A small deterministic PRNG (xorshift64*), for fixed-seed stress tests. */
+/* Run @fn(@arg) in a child and check Sheaf's one-line misuse report: it aborts with
+ * "sheaf: <kind>: cache '<cache>' ... address <addr>" and nothing else on stderr. */
+static inline void th_expect_report(const char *what, void (*fn)(void *), void *arg,
+				    const char *kind, const char *cache, const void *addr)
+{
+	struct th_child r;
+	th_run_child(fn, arg, &r);
+	char head[160], at[64];
+	snprintf(head, sizeof(head), "sheaf: %s: cache '%s'", kind, cache);
+	snprintf(at, sizeof(at), "address %#lx", (unsigned long)(uintptr_t)addr);
+	CHECKF(r.signaled && r.sig == SIGABRT, "%s: did not abort (exit %d, signal %d): %s", what,
+	       r.status, r.sig, r.err);
+	CHECKF(strncmp(r.err, head, strlen(head)) == 0, "%s: expected '%s...' got: %s", what, head,
+	       r.err);
+	CHECKF(strstr(r.err, at) != NULL, "%s: expected '%s' in: %s", what, at, r.err);
+	char *nl = strchr(r.err, '\n');
+	CHECKF(nl && nl[1] == 0, "%s: not exactly one line: %s", what, r.err);
+}
+
 static inline uint64_t th_rand(uint64_t *s)
 {
 	uint64_t x = *s;

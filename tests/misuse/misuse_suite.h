@@ -77,17 +77,7 @@ struct ms_case {
 static void ms_expect(const char *what, void (*fn)(void *), void *arg, const char *kind, const char *cache,
 		      const void *addr)
 {
-	struct th_child r;
-	th_run_child(fn, arg, &r);
-	char head[160], at[64];
-	snprintf(head, sizeof(head), "sheaf: %s: cache '%s'", kind, cache);
-	snprintf(at, sizeof(at), "address %#lx", (unsigned long)(uintptr_t)addr);
-	CHECKF(r.signaled && r.sig == SIGABRT, "%s: did not abort (exit %d, signal %d): %s", what, r.status, r.sig,
-	       r.err);
-	CHECKF(strncmp(r.err, head, strlen(head)) == 0, "%s: expected '%s...' got: %s", what, head, r.err);
-	CHECKF(strstr(r.err, at) != NULL, "%s: expected '%s' in: %s", what, at, r.err);
-	char *nl = strchr(r.err, '\n');
-	CHECKF(nl && nl[1] == 0, "%s: not exactly one line: %s", what, r.err);
+	th_expect_report(what, fn, arg, kind, cache, addr);
 }
 
 /* Under SHEAF_ON_ERROR=warn: the child reports the same line, marked as leaked, and
