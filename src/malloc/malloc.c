@@ -97,7 +97,7 @@ malloc_report(enum sheaf_error_kind kind, const char *fn, const char *what, cons
 struct sheaf_cache *_Atomic sheaf_malloc_classes[SHEAF_SC_COUNT];
 struct sheaf_cache *_Atomic sheaf_malloc_small[SHEAF_SC_TABLE_MAX / 8 + 1];
 static pthread_mutex_t sc_lock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_int fork_handlers_registered;
+static atomic_int fork_handlers_registered; /* 0, -pid while registering, 2 */
 /* The core could not start (no address space for its heap): when it last failed
  * (CLOCK_MONOTONIC ns, never 0), so the start-up is not retried on every
  * allocation; 0 while it has not failed. */
@@ -195,12 +195,24 @@ void malloc_fork_handlers_ensure(void)
 	if (sheaf_likely(atomic_load_explicit(&fork_handlers_registered, memory_order_acquire) == 2) ||
 	    malloc_tls_creating || sheaf_init_running_here())
 		return;
-	int expected = 0;
-	if (!atomic_compare_exchange_strong(&fork_handlers_registered, &expected, 1)) {
-		/* Another thread is registering: its locks are usable once it is done. */
-		while (atomic_load(&fork_handlers_registered) == 1)
-			sched_yield();
-		return;
+	/* While a thread registers, the state holds minus its process's pid: a child forked
+	 * meanwhile inherits the state but not that thread, sees a pid that is not its own
+	 * and takes the registration over instead of waiting for ever. */
+	const int me = -(int)getpid();
+	for (;;) {
+		int expected = 0;
+		if (atomic_compare_exchange_strong(&fork_handlers_registered, &expected, me))
+			break;
+		if (expected == 2)
+			return;
+		if (expected != me) {
+			/* The registrant was in the parent: it does not exist here. */
+			atomic_compare_exchange_strong(&fork_handlers_registered, &expected, 0);
+			continue;
+		}
+		/* Another thread of this process is registering: its locks are usable once
+		 * it is done. */
+		sched_yield();
 	}
 	static const struct sheaf_fork_ops cls = { fork_take_class, fork_release_class };
 	sheaf_fork_register(SHEAF_LOCK_MALLOC_CLASS, &cls);
