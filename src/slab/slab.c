@@ -109,6 +109,17 @@ static struct sheaf_slab *slab_new(struct sheaf_cache *c, struct sheaf_node *n, 
 	return s;
 }
 
+/* Called under @n's list_lock for an empty slab leaving the node for slab_discard():
+ * the slab stops counting now, in the same critical section that took it off the
+ * partial list.  Counted until the discard, an empty slab on no list would read as full
+ * in sheaf_slab_node_counts() (objects_inuse too high by a slab while another thread,
+ * the reaper for one, discards). */
+static inline void slab_unaccount_locked(struct sheaf_node *n)
+{
+	atomic_fetch_sub_explicit(&n->nr_slabs, 1, memory_order_relaxed);
+}
+
+/* @s is empty, on no list and no longer counted (slab_unaccount_locked()). */
 static void slab_discard(struct sheaf_cache *c, struct sheaf_slab *s)
 {
 	/* Nobody else can reach an empty slab that is off the lists. */
@@ -129,7 +140,6 @@ static void slab_discard(struct sheaf_cache *c, struct sheaf_slab *s)
 	atomic_store_explicit(&s->sl_fc, 0, memory_order_relaxed);
 	s->sl_on_partial = 0;
 	sheaf_wr(s->pg_kind, SHEAF_PG_UNUSED);
-	atomic_fetch_sub_explicit(&n->nr_slabs, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&c->bytes_returned, SHEAF_PAGE_SIZE << order, memory_order_relaxed);
 	sheaf_stat_atomic(c, SHEAF_STAT_FREE_SLAB, 1);
 	sheaf_track_slab_gone(c, mem, SHEAF_PAGE_SIZE << order);
@@ -200,6 +210,7 @@ static void slab_free_chain(struct sheaf_cache *c, struct sheaf_slab *s, uint32_
 	if (new_inuse == 0 && (s->sl_on_partial || was_full) && n->nr_partial >= c->min_partial) {
 		if (s->sl_on_partial)
 			remove_partial(n, s);
+		slab_unaccount_locked(n);
 		sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
 		sheaf_stat_atomic(c, SHEAF_STAT_FREE_REMOVE_PARTIAL, 1);
 		slab_discard(c, s);
@@ -517,6 +528,7 @@ void sheaf_slab_node_shrink(struct sheaf_node *n, unsigned long keep)
 			continue;
 		}
 		remove_partial(n, s);
+		slab_unaccount_locked(n);
 		sheaf_list_add(&s->sl_list, &victims);
 	}
 	sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
