@@ -21,13 +21,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 ORDER = ["floor", "glibc", "jemalloc", "mimalloc", "tcmalloc", "dpdk-mempool",
          "sheaf-malloc", "sheaf", "sheaf-k7", "sheaf-c512",
-         "sheaf-malloc-nochecks", "sheaf-nochecks"]
+         "sheaf-malloc-nochecks", "sheaf-nochecks", "sheaf-malloc-prev", "sheaf-prev"]
 COLORS = {
     "floor": "#bbbbbb", "glibc": "#8c564b", "jemalloc": "#9467bd",
     "mimalloc": "#1f77b4", "tcmalloc": "#17becf", "dpdk-mempool": "#7f7f7f",
     "sheaf-malloc": "#ff7f0e", "sheaf": "#d62728", "sheaf-k7": "#e377c2",
     "sheaf-c512": "#bcbd22", "sheaf-malloc-nochecks": "#ffbb78",
-    "sheaf-nochecks": "#ff9896",
+    "sheaf-nochecks": "#ff9896", "sheaf-malloc-prev": "#c49c94",
+    "sheaf-prev": "#8c2d2d",
 }
 # x-axis titles: what the variant names on the axis are.
 XLABELS = {
@@ -58,8 +59,11 @@ def num(s):
 
 
 def load(path):
+    # The "prev-ratio:<contender>" rows are ratios between two contenders (the
+    # report's "Against the previous revision"), not a contender's figure.
     with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        return [r for r in csv.DictReader(f)
+                if not r["contender"].startswith("prev-ratio:")]
 
 
 def plot_group(out, workload, series, rows):

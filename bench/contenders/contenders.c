@@ -60,8 +60,25 @@ struct bench_alloc bench_allocs[] = {
 	/* The cost of the free checks (README "Errors"): the same library, a private
 	 * copy loaded with RTLD_LOCAL and SHEAF_FREE_CHECKS=0 set in it, measured in
 	 * the same run as `sheaf` and `sheaf-malloc` (init_sheaf_nochecks). */
-	{ .name = "sheaf-malloc-nochecks", .kind = BK_MALLOC, .apis = BENCH_API_NOCHECKS },
-	{ .name = "sheaf-nochecks", .kind = BK_SHEAF, .apis = BENCH_API_NOCHECKS },
+	{ .name = "sheaf-malloc-nochecks",
+	  .kind = BK_MALLOC,
+	  .apis = BENCH_API_NOCHECKS,
+	  .copy = true },
+	{ .name = "sheaf-nochecks", .kind = BK_SHEAF, .apis = BENCH_API_NOCHECKS, .copy = true },
+	/* The previous revision (issue 14): a libsheaf.so built from an earlier commit
+	 * (scripts/build-prev.sh), given with --prev-lib or SHEAF_BENCH_PREV_LIB, loaded
+	 * as a private copy and measured in the same phases as its current counterpart
+	 * (init_sheaf_prev; the report's "Against the previous revision"). */
+	{ .name = "sheaf-malloc-prev",
+	  .kind = BK_MALLOC,
+	  .apis = BENCH_API_MALLOC,
+	  .copy = true,
+	  .prev_of = "sheaf-malloc" },
+	{ .name = "sheaf-prev",
+	  .kind = BK_SHEAF,
+	  .apis = BENCH_API_CACHE,
+	  .copy = true,
+	  .prev_of = "sheaf" },
 };
 int bench_nallocs = (int)(sizeof(bench_allocs) / sizeof(bench_allocs[0]));
 
@@ -117,20 +134,24 @@ static void load_peer(struct bench_alloc *a, const char *soname)
 		 soname);
 }
 
-/* A private copy of the libsheaf.so this driver is linked with: its own globals, so
- * its option can differ from the linked library's.  Copied to a new file name
- * because dlopen of the same path returns the library already loaded.  Two Sheaf
- * instances share nothing but the thread's rseq area, which each sequence sets for
- * itself. */
-static void *load_sheaf_copy(char *why, size_t len)
+/* A private copy of a libsheaf.so: @path, or (NULL) the one this driver is linked
+ * with.  Its own globals, so its option can differ from the linked library's.
+ * Copied to a new file name because dlopen of the same path (or of the same file)
+ * returns the library already loaded.  Two Sheaf instances share nothing but the
+ * thread's rseq area, which each sequence sets for itself. */
+static void *load_sheaf_copy(const char *path, char *why, size_t len)
 {
 	Dl_info di;
-	if (!sheaf_cache_create || !dladdr((void *)sheaf_cache_create, &di) || !di.dli_fname) {
-		snprintf(why, len, "libsheaf.so not found (dladdr)");
-		return NULL;
+	if (!path) {
+		if (!sheaf_cache_create || !dladdr((void *)sheaf_cache_create, &di) ||
+		    !di.dli_fname) {
+			snprintf(why, len, "libsheaf.so not found (dladdr)");
+			return NULL;
+		}
+		path = di.dli_fname;
 	}
-	char tmp[] = "/tmp/sheaf-bench-nochecks-XXXXXX";
-	int out = mkstemp(tmp), in = open(di.dli_fname, O_RDONLY | O_CLOEXEC);
+	char tmp[] = "/tmp/sheaf-bench-copy-XXXXXX";
+	int out = mkstemp(tmp), in = open(path, O_RDONLY | O_CLOEXEC);
 	bool ok = out >= 0 && in >= 0;
 	char buf[1 << 16];
 	ssize_t k;
@@ -145,19 +166,20 @@ static void *load_sheaf_copy(char *why, size_t len)
 	 * library that comes first in the global scope. */
 	void *h = ok ? dlopen(tmp, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND) : NULL;
 	if (!h)
-		snprintf(why, len, "copy of %s: %s", di.dli_fname,
-			 ok ? dlerror() : strerror(errno));
+		snprintf(why, len, "copy of %s: %s", path, ok ? dlerror() : strerror(errno));
 	if (out >= 0)
 		unlink(tmp);
 	return h;
 }
+
+static void bind_copy(void *h, struct bench_alloc *sm, struct bench_alloc *sc, const char *what);
 
 static void init_sheaf_nochecks(void)
 {
 	struct bench_alloc *sm = find_mut("sheaf-malloc-nochecks"),
 			   *sc = find_mut("sheaf-nochecks");
 	char why[160] = "";
-	void *h = load_sheaf_copy(why, sizeof(why));
+	void *h = load_sheaf_copy(NULL, why, sizeof(why));
 	int (*set)(const char *, const char *) =
 		h ? (int (*)(const char *, const char *))dlsym(h, "sheaf_option_set") : NULL;
 	if (h && (!set || set("FREE_CHECKS", "0") != 0)) {
@@ -170,14 +192,22 @@ static void init_sheaf_nochecks(void)
 		snprintf(sc->how, sizeof(sc->how), "%s", why);
 		return;
 	}
+	bind_copy(h, sm, sc, "a private copy of libsheaf.so, SHEAF_FREE_CHECKS=0");
+}
+
+/* Bind the malloc contender @sm and the object-cache contender @sc to the copy @h,
+ * through dlsym: a symbol the copy lacks leaves its contender absent, with the
+ * name of the missing symbol (or a bulk call NULL: see bench_phase.needs_bulk). */
+static void bind_copy(void *h, struct bench_alloc *sm, struct bench_alloc *sc, const char *what)
+{
 	sm->malloc_fn = (void *(*)(size_t))dlsym(h, "sheaf_malloc");
 	sm->free_fn = (void (*)(void *))dlsym(h, "sheaf_free");
 	sm->available = sm->malloc_fn && sm->free_fn;
-	snprintf(
-		sm->how, sizeof(sm->how), "%s",
-		sm->available ?
-			"sheaf_malloc/sheaf_free of a private copy of libsheaf.so, SHEAF_FREE_CHECKS=0" :
-			"the copy has no sheaf_malloc");
+	if (sm->available)
+		snprintf(sm->how, sizeof(sm->how), "sheaf_malloc/sheaf_free of %s", what);
+	else
+		snprintf(sm->how, sizeof(sm->how), "%s lacks %s", what,
+			 sm->malloc_fn ? "sheaf_free" : "sheaf_malloc");
 	sc->c_create =
 		(struct sheaf_cache * (*)(const char *, size_t, const struct sheaf_cache_args *))
 			dlsym(h, "sheaf_cache_create");
@@ -188,11 +218,55 @@ static void init_sheaf_nochecks(void)
 				      void **))dlsym(h, "sheaf_cache_alloc_bulk");
 	sc->c_free_bulk =
 		(void (*)(struct sheaf_cache *, size_t, void **))dlsym(h, "sheaf_cache_free_bulk");
+	if (!sc->c_alloc_bulk || !sc->c_free_bulk)
+		sc->c_alloc_bulk = NULL, sc->c_free_bulk = NULL;
 	sc->available = sc->c_create && sc->c_destroy && sc->c_alloc && sc->c_free;
-	snprintf(sc->how, sizeof(sc->how), "%s",
-		 sc->available ?
-			 "sheaf_cache_* of a private copy of libsheaf.so, SHEAF_FREE_CHECKS=0" :
-			 "the copy lacks the object-cache API");
+	if (sc->available)
+		snprintf(sc->how, sizeof(sc->how), "sheaf_cache_* of %s%s", what,
+			 sc->c_alloc_bulk ? "" : " (no bulk calls: left out of the bulk workload)");
+	else
+		snprintf(sc->how, sizeof(sc->how),
+			 "%s lacks the object-cache API (sheaf_cache_create/destroy/alloc/free)",
+			 what);
+}
+
+static void init_sheaf_prev(const char *path)
+{
+	struct bench_alloc *sm = find_mut("sheaf-malloc-prev"), *sc = find_mut("sheaf-prev");
+	char why[160] = "", what[200];
+	void *h = load_sheaf_copy(path, why, sizeof(why));
+
+	if (!h) {
+		snprintf(sm->how, sizeof(sm->how), "%s", why);
+		snprintf(sc->how, sizeof(sc->how), "%s", why);
+		return;
+	}
+	snprintf(what, sizeof(what), "a private copy of %s", path);
+	bind_copy(h, sm, sc, what);
+	if (sc->available) {
+		/* As init_sheaf: a cache with Sheaf's defaults must come up before the
+		 * workloads rely on it. */
+		struct sheaf_cache_args args = { 0 };
+		struct sheaf_cache *c = sc->c_create("bench-prev-probe", 64, &args);
+
+		if (c) {
+			sc->c_destroy(c);
+		} else {
+			sc->available = false;
+			snprintf(sc->how, sizeof(sc->how), "%.120s: sheaf_cache_create: %s", what,
+				 strerror(errno));
+		}
+	}
+	if (sm->available) {
+		void *p = sm->malloc_fn(64);
+
+		if (p) {
+			sm->free_fn(p);
+		} else {
+			sm->available = false;
+			snprintf(sm->how, sizeof(sm->how), "%.120s: sheaf_malloc(64) failed", what);
+		}
+	}
 }
 
 static void init_sheaf(void)
@@ -214,7 +288,7 @@ static void init_sheaf(void)
 						 .sheaf_capacity = a->capacity };
 		struct sheaf_cache *c;
 
-		if (a->kind != BK_SHEAF || (a->apis & BENCH_API_NOCHECKS))
+		if (a->kind != BK_SHEAF || a->copy)
 			continue;
 		a->c_create = sheaf_cache_create;
 		a->c_destroy = sheaf_cache_destroy;
@@ -248,7 +322,7 @@ static void init_sheaf(void)
 	}
 }
 
-void bench_allocs_init(bool sanitized)
+void bench_allocs_init(bool sanitized, const char *prev_lib)
 {
 	static const struct {
 		const char *name, *soname;
@@ -304,6 +378,20 @@ void bench_allocs_init(bool sanitized)
 			 "skipped in sanitizer builds");
 	} else {
 		init_sheaf_nochecks();
+	}
+	a = find_mut("sheaf-prev");
+	if (sanitized) {
+		/* Like the nochecks copies: an uninstrumented library in an instrumented
+		 * process. */
+		snprintf(a->how, sizeof(a->how), "skipped in sanitizer builds");
+		snprintf(find_mut("sheaf-malloc-prev")->how, sizeof(a->how), "%s", a->how);
+	} else if (!prev_lib || !*prev_lib) {
+		snprintf(a->how, sizeof(a->how),
+			 "no previous revision given (--prev-lib=PATH or SHEAF_BENCH_PREV_LIB; "
+			 "scripts/build-prev.sh builds one)");
+		snprintf(find_mut("sheaf-malloc-prev")->how, sizeof(a->how), "%s", a->how);
+	} else {
+		init_sheaf_prev(prev_lib);
 	}
 }
 
@@ -415,8 +503,7 @@ void bench_pool_dump_stats(const struct bench_pool *p, FILE *f, const char *head
 	/* Not a private copy's cache: the linked library's statistics would walk (and lock
 	 * the CPUs of) a cache that is not its own, whose objects its page map does not
 	 * know (SHEAF_DEBUG=2's walkers abort on that). */
-	if (p->kind != BK_SHEAF || !p->cache || !sheaf_stats_print ||
-	    (p->a->apis & BENCH_API_NOCHECKS))
+	if (p->kind != BK_SHEAF || !p->cache || !sheaf_stats_print || p->a->copy)
 		return;
 	fprintf(f, "==== %s\n", heading);
 	sheaf_stats_print(p->cache, f);
@@ -432,8 +519,7 @@ int bench_pool_profile(const struct bench_pool *p, char *buf, size_t len)
 	struct sheaf_stats st;
 	double n, k;
 
-	if (p->kind != BK_SHEAF || !p->cache || !sheaf_stats_get ||
-	    (p->a->apis & BENCH_API_NOCHECKS))
+	if (p->kind != BK_SHEAF || !p->cache || !sheaf_stats_get || p->a->copy)
 		return -1; /* a private copy's cache: see bench_pool_dump_stats() */
 	memset(&st, 0, sizeof(st));
 	st.size = sizeof(st);

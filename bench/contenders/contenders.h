@@ -42,6 +42,12 @@ struct bench_alloc {
 	unsigned apis; /* BENCH_API_*: in which comparisons it takes part */
 	bool peer;     /* counts for "best peer" */
 	bool available;
+	/* A private copy of a libsheaf.so (load_sheaf_copy): its caches are not the
+	 * linked library's, so the linked statistics calls must not see them. */
+	bool copy;
+	/* A previous-revision contender: the name of the current contender it is
+	 * compared with ("sheaf" for "sheaf-prev"), else NULL. */
+	const char *prev_of;
 	char how[200]; /* how it was loaded, or why it is not available */
 	void *(*malloc_fn)(size_t);
 	void (*free_fn)(void *);
@@ -81,8 +87,10 @@ struct bench_pool {
 	size_t floor_n, floor_i;
 };
 
-/* Load the peers and look up Sheaf (called once by main). */
-void bench_allocs_init(bool sanitized);
+/* Load the peers and look up Sheaf (called once by main).  @prev_lib: the path of
+ * a libsheaf.so of an earlier revision for the sheaf-prev and sheaf-malloc-prev
+ * contenders, or NULL (then they are absent). */
+void bench_allocs_init(bool sanitized, const char *prev_lib);
 const struct bench_alloc *bench_alloc_find(const char *name);
 /* Bind @a to objects of @size bytes, at most @max_live of them alive at once
  * (DPDK pools and the floor are sized from it).  0, or -1 with why[] set. */

@@ -207,8 +207,18 @@ struct bench_phase {
 	bench_window_fn fn;
 	void *state;
 	const char *const *only_allocs; /* NULL-terminated subset, or NULL */
+	/* A Sheaf contender without the bulk calls is left out (with a note) instead
+	 * of running the per-object fallback of bench_alloc_bulk under its name. */
+	bool needs_bulk;
 };
+/* Runs the phase and records a figure per contender.  For a previous-revision
+ * contender (bench_alloc.prev_of) measured beside its current counterpart, it
+ * also records the ratio current / previous of each round's two windows (the
+ * same round: adjacent windows), as contender BENCH_PREV_RATIO "<current>",
+ * unit "ratio" (report.c, "Against the previous revision"). */
 void bench_phase_run(struct bench_ctx *ctx, const struct bench_phase *ph);
+#define BENCH_PREV_RATIO "prev-ratio:"
+bool bench_is_prev_ratio(const struct bench_result *r);
 
 /* ---- children ------------------------------------------------------------------ */
 
@@ -257,5 +267,9 @@ extern int bench_nworkloads;
 void bench_write_csv(const struct bench_ctx *ctx, const char *path);
 void bench_write_machine(const struct bench_ctx *ctx, const char *path);
 void bench_write_report(const struct bench_ctx *ctx, const char *path, double elapsed_s);
+/* The report's "Against the previous revision" (prev.c), and its counts: rows with
+ * both figures, rows slower and faster beyond noise. */
+void bench_write_prev(FILE *f, const struct bench_ctx *ctx);
+void bench_prev_summary(const struct bench_ctx *ctx, int *rows, int *slower, int *faster);
 
 #endif /* SHEAF_BENCH_H */

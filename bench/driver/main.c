@@ -4,6 +4,7 @@
  * and DPDK's mempool, in one run, into a dated results folder (issue 8).
  *
  *   sheaf-bench [--quick] [--only=wl,...] [--allocs=a,...] [--out=DIR] [--no-plots]
+ *               [--prev-lib=PATH]
  *   sheaf-bench --list
  */
 #include <errno.h>
@@ -41,6 +42,10 @@ static void usage(FILE *f)
 		"  --allocs=A[,...] run only these contenders (see --list)\n"
 		"  --out=DIR        results folder (default: %s/<YYYY-MM-DD-HHMM>)\n"
 		"  --no-plots       do not run the plotting script\n"
+		"  --prev-lib=PATH  libsheaf.so of an earlier revision (scripts/build-prev.sh):\n"
+		"                   adds the sheaf-prev and sheaf-malloc-prev contenders and the\n"
+		"                   report's \"Against the previous revision\" (default: the\n"
+		"                   environment's SHEAF_BENCH_PREV_LIB; none: they are absent)\n"
 		"  --list           list workloads and contenders, then exit\n",
 		SHEAF_BENCH_RESULTS);
 }
@@ -250,6 +255,9 @@ int main(int argc, char **argv)
 			snprintf(ctx.out, sizeof(ctx.out), "%s", a + 6);
 		else if (!strcmp(a, "--no-plots"))
 			ctx.plots = false;
+		else if (!strncmp(a, "--prev-lib=", 11))
+			/* Through the environment, so child processes load it too. */
+			setenv("SHEAF_BENCH_PREV_LIB", a + 11, 1);
 		else if (!strcmp(a, "--list"))
 			do_list = true;
 		else if (!strncmp(a, "--child=", 8))
@@ -274,7 +282,7 @@ int main(int argc, char **argv)
 	 * DPDK's EAL puts its main lcore too). */
 	pick_cpus();
 	bench_pin_self(bench_cpu[0]);
-	bench_allocs_init(BENCH_SANITIZED);
+	bench_allocs_init(BENCH_SANITIZED, getenv("SHEAF_BENCH_PREV_LIB"));
 
 	if (do_list) {
 		list();
@@ -352,6 +360,15 @@ int main(int argc, char **argv)
 	}
 	printf("sheaf-bench: %.0f s; targets met %d, not met %d, not measured %d\n",
 	       (double)(bench_now_ns() - ctx.t_start) / 1e9, met, missed, na);
+	if (bench_alloc_find("sheaf-prev")->available ||
+	    bench_alloc_find("sheaf-malloc-prev")->available) {
+		int rows, slower, faster;
+
+		bench_prev_summary(&ctx, &rows, &slower, &faster);
+		printf("sheaf-bench: against the previous revision: %d rows, %d slower (or "
+		       "larger) beyond noise, %d faster (or smaller)\n",
+		       rows, slower, faster);
+	}
 	printf("sheaf-bench: report %s\n", path);
 	return 0;
 }

@@ -91,6 +91,50 @@ static uint64_t round_up(uint64_t n, uint64_t g)
 	return (n + g - 1) / g * g;
 }
 
+bool bench_is_prev_ratio(const struct bench_result *r)
+{
+	return !strncmp(r->contender, BENCH_PREV_RATIO, sizeof(BENCH_PREV_RATIO) - 1);
+}
+
+/* For each previous-revision contender of the phase whose current counterpart ran
+ * too: the ratio current / previous of every round's two windows, over the rounds
+ * in which neither window was disturbed when at least 3 and a third of the rounds
+ * are such (the rule of the figures themselves), else over every round. */
+static void prev_ratios(struct bench_ctx *ctx, const struct bench_phase *ph,
+			const struct bench_pool *pools, int np, const bool *ok, double *const *v,
+			bool *const *dist)
+{
+	for (int p = 0; p < np; p++) {
+		const char *cur = pools[p].a->prev_of;
+		int c = -1;
+
+		for (int i = 0; cur && i < np; i++)
+			if (!strcmp(pools[i].a->name, cur))
+				c = i;
+		if (c < 0 || !ok[p] || !ok[c])
+			continue;
+		double *r = malloc((size_t)ph->reps * sizeof(double));
+		int n = 0, clean = 0;
+		if (!r)
+			continue;
+		for (int k = 0; k < ph->reps; k++)
+			clean += !dist[p][k] && !dist[c][k] && v[p][k] > 0;
+		bool only_clean = clean >= 3 && 3 * clean >= ph->reps;
+		for (int k = 0; k < ph->reps; k++)
+			if (v[p][k] > 0 && (!only_clean || (!dist[p][k] && !dist[c][k])))
+				r[n++] = v[c][k] / v[p][k];
+		struct bench_stat st;
+		char name[48];
+		bench_stat_compute(r, n, &st);
+		st.dropped = only_clean ? ph->reps - n : 0;
+		st.disturbed = ph->reps - clean;
+		snprintf(name, sizeof(name), "%s%s", BENCH_PREV_RATIO, cur);
+		bench_record(ctx, ph->workload, ph->variant, ph->topo, name, "ratio", BH_MEDIAN,
+			     &st);
+		free(r);
+	}
+}
+
 void bench_phase_run(struct bench_ctx *ctx, const struct bench_phase *ph)
 {
 	struct bench_pool pools[PHASE_MAX];
@@ -112,6 +156,13 @@ void bench_phase_run(struct bench_ctx *ctx, const struct bench_phase *ph)
 			continue;
 		if (!in_list(ph->only_allocs, a->name) || !bench_alloc_selected(ctx, a->name))
 			continue;
+		if (ph->needs_bulk && a->kind == BK_SHEAF && !a->c_alloc_bulk) {
+			bench_note(ctx, ph->workload,
+				   "%s %s: %s skipped: its library has no "
+				   "sheaf_cache_alloc_bulk/free_bulk",
+				   ph->variant, ph->topo, a->name);
+			continue;
+		}
 		if (bench_pool_open(&pools[np], a, ph->size, ph->max_live, why, sizeof(why))) {
 			bench_note(ctx, ph->workload, "%s %s (%s): %s skipped: %s", ph->variant,
 				   ph->topo, ph->unit, a->name, why);
@@ -184,6 +235,7 @@ void bench_phase_run(struct bench_ctx *ctx, const struct bench_phase *ph)
 		}
 	}
 
+	prev_ratios(ctx, ph, pools, np, ok, v, dist);
 	for (int i = 0; i < np; i++) {
 		if (ok[i]) {
 			struct bench_stat st;

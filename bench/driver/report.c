@@ -281,7 +281,7 @@ static void spread_table(FILE *f, const struct bench_ctx *ctx, const char *wl)
 		const struct bench_result *r = &ctx->res[j];
 		char b[6][32], used[64];
 
-		if (strcmp(r->workload, wl))
+		if (strcmp(r->workload, wl) || bench_is_prev_ratio(r))
 			continue;
 		if (r->st.dropped)
 			snprintf(used, sizeof(used), "%d (%d disturbed left out)", r->st.n,
@@ -311,7 +311,8 @@ static void notes_of(FILE *f, const struct bench_ctx *ctx, const char *wl)
 	int kept = 0, rowsn = 0;
 
 	for (int j = 0; j < ctx->nres; j++) {
-		if (strcmp(ctx->res[j].workload, wl) || ctx->res[j].head == BH_VALUE)
+		if (strcmp(ctx->res[j].workload, wl) || ctx->res[j].head == BH_VALUE ||
+		    bench_is_prev_ratio(&ctx->res[j]))
 			continue;
 		rowsn++;
 		if (!ctx->res[j].st.dropped && ctx->res[j].st.disturbed)
@@ -481,7 +482,10 @@ void bench_write_report(const struct bench_ctx *ctx, const char *path, double el
 		"`sheaf-malloc` Sheaf's malloc front end; `sheaf-nochecks` and "
 		"`sheaf-malloc-nochecks` the same two with the free checks off "
 		"(SHEAF_FREE_CHECKS=0, a private copy of the library in the same process), "
-		"in the fast-path pair and batch100 rows only, for the cost of the checks.\n\n",
+		"in the fast-path pair and batch100 rows only, for the cost of the checks; "
+		"`sheaf-prev` and `sheaf-malloc-prev` the same two of an earlier revision's "
+		"library (--prev-lib), where one was given (\"Against the previous "
+		"revision\" below).\n\n",
 		ctx->window_ms, ctx->quick ? "" : " (5 ms for the fast path, 10 ms across CPUs)");
 
 	fprintf(f, "## Contenders\n\n| contender | loaded |\n|---|---|\n");
@@ -506,6 +510,7 @@ void bench_write_report(const struct bench_ctx *ctx, const char *path, double el
 			t->text, t->detail);
 	}
 	fprintf(f, "\n");
+	bench_write_prev(f, ctx);
 
 	for (int w = 0; w < bench_nworkloads; w++) {
 		const struct bench_workload *wl = bench_workloads[w];

@@ -84,6 +84,7 @@ static void bulk_run(struct bench_ctx *ctx)
 				.window_ms = ctx->quick ? 0 : 5,
 				.fn = bulk_window,
 				.state = s,
+				.needs_bulk = true,
 			};
 
 			snprintf(variant, sizeof(variant), "bulk%u/%zu", batches[b], sizes[z]);

@@ -40,8 +40,10 @@ static const struct mem_variant mem_variants[] = {
 };
 #define MEM_NVARIANTS (sizeof(mem_variants) / sizeof(mem_variants[0]))
 
-static const char *const mem_allocs[] = { "glibc",        "jemalloc", "mimalloc", "tcmalloc",
-					  "sheaf-malloc", "sheaf",    "sheaf-k7", NULL };
+static const char *const mem_allocs[] = { "glibc",    "jemalloc",          "mimalloc",
+					  "tcmalloc", "sheaf-malloc",      "sheaf",
+					  "sheaf-k7", "sheaf-malloc-prev", "sheaf-prev",
+					  NULL };
 
 static void mem_run(struct bench_ctx *ctx)
 {

@@ -44,7 +44,8 @@
 #include "workloads.h"
 
 static const char *const sh_allocs[] = { "glibc",    "jemalloc",     "mimalloc",
-					 "tcmalloc", "sheaf-malloc", NULL };
+					 "tcmalloc", "sheaf-malloc", "sheaf-malloc-prev",
+					 NULL };
 
 struct sh_shape {
 	const char *name;

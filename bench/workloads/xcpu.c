@@ -277,8 +277,8 @@ static void xcpu_targets(struct bench_ctx *ctx)
 	}
 }
 
-static const char *const fake_allocs[] = { "floor", "mimalloc", "sheaf-malloc",
-					   "sheaf", "sheaf-k7", NULL };
+static const char *const fake_allocs[] = { "floor",    "mimalloc",   "sheaf-malloc",      "sheaf",
+					   "sheaf-k7", "sheaf-prev", "sheaf-malloc-prev", NULL };
 
 static void xcpu_run(struct bench_ctx *ctx)
 {
