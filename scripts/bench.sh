@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# bench.sh - install what is missing, build the release preset, and run the
-# benchmark driver's default suite (issue 8).  Arguments go to sheaf-bench
-# unchanged, e.g. scripts/bench.sh --help.
+# bench.sh - install what is missing, build the release preset, build the
+# previous revision's library (scripts/build-prev.sh) and run the benchmark
+# driver's default suite with it as a contender (issue 8, issue 14).  Arguments
+# go to sheaf-bench unchanged, e.g. scripts/bench.sh --help.
 #
-# Environment: SHEAF_JOBS  parallel build jobs (default: all CPUs)
+# The previous revision is scripts/build-prev.sh's default (SHEAF_PREV_REV
+# overrides it; SHEAF_PREV_REV=none leaves the comparison out).  A clone
+# without that revision in its history (a shallow clone) runs without it, and
+# the report says the prev contenders are absent.  An explicit --prev-lib=PATH
+# argument wins: nothing is built then.
+#
+# Environment: SHEAF_JOBS      parallel build jobs (default: all CPUs)
+#              SHEAF_PREV_REV  revision to compare with, or "none"
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -40,5 +48,22 @@ if [ ! -x "$driver" ]; then
 		exit 1
 	fi
 fi
-echo "== $driver $*"
-exec "$driver" "$@"
+prev=()
+case " $* " in
+*" --prev-lib="*) ;;
+*)
+	if [ "${SHEAF_PREV_REV:-}" = none ]; then
+		echo "== previous revision: not compared (SHEAF_PREV_REV=none)"
+	else
+		echo "== previous revision (scripts/build-prev.sh ${SHEAF_PREV_REV:-})"
+		if libs=$(SHEAF_JOBS=$JOBS scripts/build-prev.sh ${SHEAF_PREV_REV:+"$SHEAF_PREV_REV"}); then
+			prev=("--prev-lib=$(echo "$libs" | head -n 1)")
+		else
+			echo "bench.sh: no previous-revision library (see above): the run has" \
+				"no sheaf-prev / sheaf-malloc-prev contenders" >&2
+		fi
+	fi
+	;;
+esac
+echo "== $driver ${prev[*]} $*"
+exec "$driver" "${prev[@]}" "$@"
