@@ -55,7 +55,7 @@ case " $* " in
 	if [ "${SHEAF_PREV_REV:-}" = none ]; then
 		echo "== previous revision: not compared (SHEAF_PREV_REV=none)"
 	else
-		echo "== previous revision (scripts/build-prev.sh ${SHEAF_PREV_REV:-})"
+		echo "== previous revision (scripts/build-prev.sh${SHEAF_PREV_REV:+ $SHEAF_PREV_REV})"
 		if libs=$(SHEAF_JOBS=$JOBS scripts/build-prev.sh ${SHEAF_PREV_REV:+"$SHEAF_PREV_REV"}); then
 			prev=("--prev-lib=$(echo "$libs" | head -n 1)")
 		else
