@@ -341,6 +341,7 @@ static bool cache_nodes_init(struct sheaf_cache *c, uint32_t cap)
 		n->barn = (struct sheaf_barn *)&nodes[sheaf_g.nnodes] + i;
 		n->cache = c;
 		n->malloc_cache = (c->flags & SHEAF_CACHE_MALLOC_CLASS) ? c : NULL;
+		n->malloc_p2_mask = n->malloc_cache && c->free_mark == SHEAF_MARK_WORD1_P2 ? c->start_mask : UINTPTR_MAX;
 		n->nid = i;
 		n->mem_nid = sheaf_g.node_mem_nid[i];
 		n->has_memory = sheaf_g.node_has_mem[i];

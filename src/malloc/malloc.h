@@ -114,8 +114,9 @@ static inline void *sheaf_malloc_inline(size_t n)
 void sheaf_free_slowpath(void *p) __attribute__((noinline));
 
 /* sheaf_free(): one page-map load gives the owning cache node, whose
- * malloc_cache is its cache if that is one of malloc's classes, then the
- * per-CPU push (rseq.h).
+ * malloc_p2_mask tests "a class with a power-of-two slot and the free mark, and an
+ * object start" at once (the usual case), and whose malloc_cache is its cache if
+ * that is one of malloc's classes, then the per-CPU push (rseq.h).
  * Everything else is one tail call, so the fast path needs no stack frame and
  * never touches errno (POSIX 2024 requires free to preserve it).  NULL fails the bound test
  * (NULL - base wraps above the limit) and leaves through the slow path. */
@@ -130,22 +131,32 @@ static inline void sheaf_free_inline(void *p)
 		if (sheaf_likely(off < __atomic_load_n(&sheaf_page_fast_limit, __ATOMIC_RELAXED))) {
 			uintptr_t k = __atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT],
 						      __ATOMIC_RELAXED);
-			/* A node's cache pointer is set before its key is published. */
+			/* A node's cache pointer and mask are set before its key is published. */
 			if (sheaf_likely(k != 0)) {
-				struct sheaf_cache *fc = ((struct sheaf_node *)k)->malloc_cache;
-				/* p lies in a slab of a class cache: the object-start test
-				 * and the free mark (slab/freecheck.h), as in sheaf_cache_free;
-				 * the sequence tests and writes the mark (fastpath.h). */
-				if (sheaf_likely(fc != NULL) && sheaf_likely(fc->free_mark >= SHEAF_MARK_WORD1)) {
-					if (fc->free_mark == SHEAF_MARK_WORD1_P2 ? ((uintptr_t)p & fc->start_mask) != 0
-										  : !sheaf_obj_is_start(fc, p))
-						goto slow_free;
-					if (sheaf_likely(sheaf_cpu_push_key_mark(fc, p, k)))
+				const struct sheaf_node *n = (const struct sheaf_node *)k;
+				/* The usual case in one test (slab.h malloc_p2_mask): p is an
+				 * object start of a class with a power-of-two slot and the free
+				 * mark in the object; the sequence tests and writes the mark
+				 * (slab/freecheck.h, fastpath.h). */
+				if (sheaf_likely(!((uintptr_t)p & n->malloc_p2_mask))) {
+					if (sheaf_likely(sheaf_cpu_push_key_mark(n->malloc_cache, p, k)))
 						return;
 					goto slow_free;
 				}
-				if (sheaf_likely(fc != NULL) && !fc->free_checks &&
-				    sheaf_likely(sheaf_cpu_push_key(fc, p, k)))
+				/* The other classes: the reciprocal object-start test and the
+				 * mark, or no check at all (SHEAF_FREE_CHECKS=0).  A pointer
+				 * of a power-of-two class that failed the mask is not an
+				 * object start: the slow path reports it. */
+				struct sheaf_cache *fc = n->malloc_cache;
+				if (sheaf_unlikely(fc == NULL))
+					goto slow_free;
+				if (fc->free_mark == SHEAF_MARK_WORD1) {
+					if (sheaf_likely(sheaf_obj_is_start(fc, p)) &&
+					    sheaf_likely(sheaf_cpu_push_key_mark(fc, p, k)))
+						return;
+					goto slow_free;
+				}
+				if (!fc->free_checks && sheaf_likely(sheaf_cpu_push_key(fc, p, k)))
 					return;
 			}
 		}
