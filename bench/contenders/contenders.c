@@ -33,6 +33,7 @@
 #pragma weak sheaf_cache_free
 #pragma weak sheaf_cache_alloc_bulk
 #pragma weak sheaf_cache_free_bulk
+#pragma weak sheaf_cache_free_rcu
 #pragma weak sheaf_malloc
 #pragma weak sheaf_free
 #pragma weak sheaf_stats_print
@@ -218,6 +219,7 @@ static void bind_copy(void *h, struct bench_alloc *sm, struct bench_alloc *sc, c
 				      void **))dlsym(h, "sheaf_cache_alloc_bulk");
 	sc->c_free_bulk =
 		(void (*)(struct sheaf_cache *, size_t, void **))dlsym(h, "sheaf_cache_free_bulk");
+	sc->c_free_rcu = (void (*)(struct sheaf_cache *, void *))dlsym(h, "sheaf_cache_free_rcu");
 	if (!sc->c_alloc_bulk || !sc->c_free_bulk)
 		sc->c_alloc_bulk = NULL, sc->c_free_bulk = NULL;
 	sc->available = sc->c_create && sc->c_destroy && sc->c_alloc && sc->c_free;
@@ -296,6 +298,7 @@ static void init_sheaf(void)
 		a->c_free = sheaf_cache_free;
 		a->c_alloc_bulk = sheaf_cache_alloc_bulk;
 		a->c_free_bulk = sheaf_cache_free_bulk;
+		a->c_free_rcu = sheaf_cache_free_rcu;
 		if (!sheaf_cache_create || !sheaf_cache_alloc || !sheaf_cache_free ||
 		    !sheaf_cache_destroy) {
 			snprintf(a->how, sizeof(a->how),

@@ -61,6 +61,8 @@ struct bench_alloc {
 	/* BK_SHEAF: the bulk calls (NULL where the library has none). */
 	size_t (*c_alloc_bulk)(struct sheaf_cache *, size_t, void **);
 	void (*c_free_bulk)(struct sheaf_cache *, size_t, void **);
+	/* BK_SHEAF: sheaf_cache_free_rcu (NULL where the library has none). */
+	void (*c_free_rcu)(struct sheaf_cache *, void *);
 };
 
 extern struct bench_alloc bench_allocs[];

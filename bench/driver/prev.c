@@ -12,7 +12,7 @@
  *    ratios, the spread their p25..p75, and the row is slower beyond noise when
  *    median - 1 > max(p75 - p25, 2 %): the shift is larger than the middle half
  *    of the rounds' own scatter, and not below 2 %.
- *  - Unpaired rows (the child processes of memory and shapes: one figure, or a
+ *  - Unpaired rows (the child processes of memory, shapes and rcu: one figure, or a
  *    median of a few runs, per contender and process): the ratio of the two
  *    headlines; with a spread on both sides, slower beyond noise when the
  *    quartile ranges do not overlap (current p25 > previous p75) and the ratio is
@@ -37,7 +37,7 @@ static const char prev_rule[] =
 	"taken, over the rounds in which no window was preempted when enough were; the "
 	"figure is their median, the spread their p25–p75, and a row is **slower beyond "
 	"noise** when median − 1 > max(p75 − p25, 0.02) (faster beyond noise: 1 − median "
-	"> the same). *Unpaired rows* (memory and shapes, one child process per contender): "
+	"> the same). *Unpaired rows* (memory, shapes, rcu: child processes): "
 	"the ratio of the two headlines; slower beyond noise when the current p25 is above "
 	"the previous p75 and the ratio above 1.02, or, for a single figure (RSS, page "
 	"faults; a time run once with --quick), when the ratio is above 1.05, and for RSS and faults "
@@ -200,11 +200,12 @@ void bench_write_prev(FILE *f, const struct bench_ctx *ctx)
 		"sheaf_malloc/sheaf_free of an earlier revision's libsheaf.so (`sheaf-prev`: "
 		"%s; `sheaf-malloc-prev`: %s), run in the same process and the same phases as "
 		"`sheaf` and `sheaf-malloc`. Compared: the fast path, bulk, cross-CPU (real and "
-		"fake topology) and malloc-mix rows in alternating windows (paired), memory and "
-		"the malloc program shapes in child processes (unpaired). Not compared: the RCU "
-		"and debug-objects workloads, which call the linked library's free_rcu and "
-		"debug-objects API directly rather than through a contender, and no workload "
-		"runs a program under LD_PRELOAD (the shapes call sheaf_malloc directly).\n\n"
+		"fake topology) and malloc-mix rows in alternating windows (paired); memory, "
+		"the malloc program shapes and the RCU destroy latency (per-cache mode) in child "
+		"processes (unpaired). Not compared: the debug-objects workload, which measures "
+		"the linked library's debug-objects tracker rather than a contender; and no "
+		"workload runs a program under LD_PRELOAD (the shapes call sheaf_malloc "
+		"directly), so the previous libsheaf-malloc.so is not used.\n\n"
 		"**%d rows compared: %d slower (or, for RSS and faults, larger) beyond noise, %d "
 		"faster (smaller) beyond noise.**\n\n%s\n\n",
 		sp->how, smp->how, rows, slower, faster, prev_rule);

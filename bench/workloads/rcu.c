@@ -40,7 +40,17 @@
 #define RCU_BG_RATE    100000 /* free_rcu per second on the other caches, whatever N */
 #define RCU_MAX_ROUNDS 15
 
+/* The library under test: the linked one, or the previous revision's copy (mode "prev",
+ * contender sheaf-prev). */
+struct rcu_lib {
+	struct sheaf_cache *(*create)(const char *, size_t, const struct sheaf_cache_args *);
+	void *(*alloc)(struct sheaf_cache *);
+	void (*free_rcu)(struct sheaf_cache *, void *);
+	void (*destroy)(struct sheaf_cache *);
+};
+
 struct rcu_bg {
+	const struct rcu_lib *lib;
 	struct sheaf_cache **caches;
 	int n;
 	atomic_int stop;
@@ -65,10 +75,10 @@ static void *rcu_bg_main(void *arg)
 		urcu_memb_read_lock();
 		for (int k = 0; k < 8 && done < due; k++, done++) {
 			struct sheaf_cache *c = bg->caches[next];
-			void *o = sheaf_cache_alloc(c);
+			void *o = bg->lib->alloc(c);
 
 			if (o)
-				sheaf_cache_free_rcu(c, o);
+				bg->lib->free_rcu(c, o);
 			next = next + 1 == bg->n ? 0 : next + 1;
 		}
 		urcu_memb_read_unlock();
@@ -98,10 +108,21 @@ static int rcu_child(struct bench_ctx *ctx, const char *arg)
 
 	if (sscanf(arg, "%15[^:]:%15[^:]:%d", variant, mode, &n) != 3 || n < 1)
 		return 2;
+	struct rcu_lib lib = { sheaf_cache_create, sheaf_cache_alloc, sheaf_cache_free_rcu,
+			       sheaf_cache_destroy };
+	if (!strcmp(mode, "prev")) {
+		/* The parent runs this mode only when the copy has these (rcu_run). */
+		const struct bench_alloc *a = bench_alloc_find("sheaf-prev");
+
+		if (!a || !a->available || !a->c_free_rcu)
+			return 3;
+		lib = (struct rcu_lib){ a->c_create, a->c_alloc, a->c_free_rcu, a->c_destroy };
+	}
 	extra = !strcmp(variant, "queued") ? 256 : 16;
 	if (!strcmp(mode, "k7"))
 		victim_flags = SHEAF_KERNEL_COMPAT;
 	memset(&bg, 0, sizeof(bg));
+	bg.lib = &lib;
 	bg.n = n;
 	bg.caches = calloc((size_t)n, sizeof(*bg.caches));
 	struct sheaf_cache **victims = calloc((size_t)k, sizeof(*victims));
@@ -112,7 +133,7 @@ static int rcu_child(struct bench_ctx *ctx, const char *arg)
 		char name[32];
 
 		snprintf(name, sizeof(name), "rcu-other-%d", i);
-		bg.caches[i] = sheaf_cache_create(name, 32u << (i % 4), NULL);
+		bg.caches[i] = lib.create(name, 32u << (i % 4), NULL);
 		if (!bg.caches[i])
 			return 1;
 	}
@@ -121,19 +142,19 @@ static int rcu_child(struct bench_ctx *ctx, const char *arg)
 		char name[32];
 
 		snprintf(name, sizeof(name), "rcu-victim-%d", i);
-		victims[i] = sheaf_cache_create(name, 64u << (i % 3), &va);
+		victims[i] = lib.create(name, 64u << (i % 3), &va);
 		if (!victims[i])
 			return 1;
 		/* Earlier traffic: full sheaves through the worker, long done by the destroy. */
 		for (int j = 0; j < 512; j++) {
-			void *o = sheaf_cache_alloc(victims[i]);
+			void *o = lib.alloc(victims[i]);
 
 			if (!o)
 				return 1;
-			sheaf_cache_free_rcu(victims[i], o);
+			lib.free_rcu(victims[i], o);
 		}
 		for (int j = 0; j < extra; j++) {
-			objs[(size_t)i * (size_t)extra + (size_t)j] = sheaf_cache_alloc(victims[i]);
+			objs[(size_t)i * (size_t)extra + (size_t)j] = lib.alloc(victims[i]);
 			if (!objs[(size_t)i * (size_t)extra + (size_t)j])
 				return 1;
 		}
@@ -145,10 +166,9 @@ static int rcu_child(struct bench_ctx *ctx, const char *arg)
 	double total = 0, mx = 0;
 	for (int i = 0; i < k; i++) {
 		for (int j = 0; j < extra; j++)
-			sheaf_cache_free_rcu(victims[i],
-					     objs[(size_t)i * (size_t)extra + (size_t)j]);
+			lib.free_rcu(victims[i], objs[(size_t)i * (size_t)extra + (size_t)j]);
 		uint64_t t0 = bench_now_ns();
-		sheaf_cache_destroy(victims[i]);
+		lib.destroy(victims[i]);
 		double us = (double)(bench_now_ns() - t0) / 1e3;
 
 		total += us;
@@ -170,7 +190,10 @@ static int rcu_child(struct bench_ctx *ctx, const char *arg)
 	return 0;
 }
 
-static const char *const rcu_modes[3] = { "per-cache", "global", "k7" };
+/* "prev": the per-cache mode (Sheaf's default) with the previous revision's library
+ * (--prev-lib), recorded as contender sheaf-prev under the series of "per-cache", so the
+ * report sets it against the current library ("Against the previous revision"). */
+static const char *const rcu_modes[4] = { "per-cache", "global", "k7", "prev" };
 static const char *const rcu_env_global[] = { "SHEAF_RCU_BARRIER=global", NULL };
 
 static void rcu_run(struct bench_ctx *ctx)
@@ -183,12 +206,21 @@ static void rcu_run(struct bench_ctx *ctx)
 	 * growth target compares, on a machine whose noise is of the same order. */
 	int rounds_of[2] = { ctx->quick ? 3 : 15, ctx->quick ? 2 : 5 };
 	int k = ctx->quick ? 8 : 32;
-	double med[2][3][3]; /* variant, N, mode: median over rounds of the average, us */
+	double med[2][3][4]; /* variant, N, mode: median over rounds of the average, us */
 	/* Per (variant, N, mode): the child's average, total and maximum, by round. */
-	static double val[2][3][3][3][RCU_MAX_ROUNDS];
-	int got[2][3][3];
+	static double val[2][3][4][3][RCU_MAX_ROUNDS];
+	int got[2][3][4];
+	const struct bench_alloc *prev = bench_alloc_find("sheaf-prev");
+	int nm = 3; /* modes run: the fourth, "prev", with a previous revision's library */
 
 	memset(got, 0, sizeof(got));
+	if (prev && prev->available && bench_alloc_selected(ctx, prev->name)) {
+		if (prev->c_free_rcu)
+			nm = 4;
+		else
+			bench_note(ctx, "rcu",
+				   "sheaf-prev left out: its library has no sheaf_cache_free_rcu");
+	}
 	/* --quick (the CI smoke run) measures the seed's case only. */
 	int nvar = ctx->quick ? 1 : 2;
 	/* Every round runs every (N, mode) pair of a variant, N and mode both rotating, so
@@ -202,8 +234,8 @@ static void rcu_run(struct bench_ctx *ctx)
 				char topo[24], arg[64];
 
 				snprintf(topo, sizeof(topo), "N=%d", ns[ni]);
-				for (int j = 0; j < 3; j++) {
-					int m = (r + j) % 3;
+				for (int j = 0; j < nm; j++) {
+					int m = (r + j) % nm;
 					int n0 = ctx->nres;
 					const struct bench_result *rr[3];
 					static const char *const raw[3] = { "raw-avg", "raw-total",
@@ -237,7 +269,7 @@ static void rcu_run(struct bench_ctx *ctx)
 		/* Report rows: variant "partial N=10", series "<mode> avg|total|max", contender
 		 * "sheaf" (the report's columns are allocators). */
 		for (int ni = 0; ni < nn; ni++) {
-			for (int m = 0; m < 3; m++) {
+			for (int m = 0; m < nm; m++) {
 				static const char *const what[3] = { "avg", "total", "max" };
 				char var[40], ser[24];
 
@@ -251,9 +283,11 @@ static void rcu_run(struct bench_ctx *ctx)
 					bench_stat_compute(val[v][ni][m][q], got[v][ni][m], &st);
 					if (q == 0)
 						med[v][ni][m] = st.med;
-					snprintf(ser, sizeof(ser), "%s %s", rcu_modes[m], what[q]);
-					bench_record(ctx, "rcu", var, ser, "sheaf", "us", BH_MEDIAN,
-						     &st);
+					snprintf(ser, sizeof(ser), "%s %s",
+						 rcu_modes[m == 3 ? 0 : m], what[q]);
+					bench_record(ctx, "rcu", var, ser,
+						     m == 3 ? "sheaf-prev" : "sheaf", "us",
+						     BH_MEDIAN, &st);
 				}
 			}
 		}
@@ -313,7 +347,8 @@ static const struct bench_workload wl_rcu = {
 		"7.0). Each run is a fresh child process; every round runs every (N, mode) pair, "
 		"both rotating. Rows: variant and N; series: mode and statistic (avg = average "
 		"destroy latency of a run, total = sum over its destroys, max = its slowest "
-		"destroy); value: median over rounds.",
+		"destroy); value: median over rounds. With a previous revision's library "
+		"(--prev-lib), a fourth mode runs the per-cache one with it (column sheaf-prev).",
 	.run = rcu_run,
 	.child = rcu_child,
 };

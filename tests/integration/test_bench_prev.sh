@@ -13,8 +13,8 @@
 # the section says so; a path that does not exist, and a library without
 # Sheaf's symbols, leave them absent with a reason naming what failed; with the
 # library (given by --prev-lib, and by SHEAF_BENCH_PREV_LIB for the child
-# processes of memory) the section lists paired rows of fastpath and bulk and
-# unpaired rows of memory, with ratios, spreads and verdicts, results.csv has
+# processes of memory and rcu) the section lists paired rows of fastpath and bulk
+# and unpaired rows of memory and rcu, with ratios, spreads and verdicts, results.csv has
 # the per-round ratio rows, and stdout has the summary line.
 #
 # Sanitizer builds leave the prev contenders out (an uninstrumented copy in an
@@ -93,7 +93,7 @@ check "without a library the section says why" \
 	grep -q '^Not measured: no previous revision given' "$out/none/report.md"
 check "without a library no ratio rows" bash -c "! grep -q ',prev-ratio:' '$out/none/results.csv'"
 
-SHEAF_BENCH_PREV_LIB="$lib" timeout 300 "$bench" --quick --no-plots --only=fastpath,bulk,memory \
+SHEAF_BENCH_PREV_LIB="$lib" timeout 300 "$bench" --quick --no-plots --only=fastpath,bulk,memory,rcu \
 	--allocs="$allocs" --out="$out/run" >"$out/stdout" 2>"$out/stderr"
 rc=$?
 check "run with the library (SHEAF_BENCH_PREV_LIB) exits 0" test "$rc" -eq 0
@@ -126,6 +126,8 @@ check "memory hold1M/64 peak sheaf (child processes): unpaired ratio" \
 	row_ok memory hold1M/64 peak sheaf unpaired
 check "memory hold1M/64 peak sheaf-malloc: unpaired ratio" \
 	row_ok memory hold1M/64 peak sheaf-malloc unpaired
+check "rcu partial N=10 per-cache avg sheaf (the prev mode's children): unpaired ratio" \
+	row_ok rcu "partial N=10" "per-cache avg" sheaf unpaired
 check "results.csv has the per-round ratios (3 rounds with --quick)" \
 	grep -qE '^fastpath,pair/64,real,prev-ratio:sheaf,ratio,median,[0-9.e+-]+,3,' \
 	"$out/run/results.csv"
