@@ -482,7 +482,8 @@ void bench_write_report(const struct bench_ctx *ctx, const char *path, double el
 		"`sheaf-malloc` Sheaf's malloc front end; `sheaf-nochecks` and "
 		"`sheaf-malloc-nochecks` the same two with the free checks off "
 		"(SHEAF_FREE_CHECKS=0, a private copy of the library in the same process), "
-		"in the fast-path pair and batch100 rows only, for the cost of the checks; "
+		"in the fast-path pair and batch100 rows and the bulk rows only, for the cost "
+		"of the checks; "
 		"`sheaf-prev` and `sheaf-malloc-prev` the same two of an earlier revision's "
 		"library (--prev-lib), where one was given (\"Against the previous "
 		"revision\" below).\n\n",

@@ -74,7 +74,10 @@ static void bulk_run(struct bench_ctx *ctx)
 				.topo = "real",
 				.unit = "ns/object",
 				.head = BH_MEDIAN,
-				.apis = BENCH_API_MALLOC | BENCH_API_CACHE,
+				/* With the nochecks copies: how much of the
+				 * difference to DPDK is the free checks, which
+				 * DPDK does not make (issue 18, docs/benchmarks.md). */
+				.apis = BENCH_API_MALLOC | BENCH_API_CACHE | BENCH_API_NOCHECKS,
 				.size = sizes[z],
 				.max_live = batches[b],
 				.granule = batches[b],
