@@ -483,7 +483,9 @@ void bench_write_report(const struct bench_ctx *ctx, const char *path, double el
 		"`sheaf-malloc-nochecks` the same two with the free checks off "
 		"(SHEAF_FREE_CHECKS=0, a private copy of the library in the same process), "
 		"in the fast-path pair and batch100 rows and the bulk rows only, for the cost "
-		"of the checks; "
+		"of the checks (one process compares one placement of each instance's memory, "
+		"which alone moves batch100/256 by up to 2x: judge the checks by the median "
+		"over many processes, tools/checks-cost.sh); "
 		"`sheaf-prev` and `sheaf-malloc-prev` the same two of an earlier revision's "
 		"library (--prev-lib), where one was given (\"Against the previous "
 		"revision\" below).\n\n",

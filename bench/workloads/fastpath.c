@@ -78,7 +78,10 @@ static void fp_target(struct bench_ctx *ctx, const char *variant)
 }
 
 /* What the free checks cost (README "Errors"): Sheaf against the same library with
- * SHEAF_FREE_CHECKS=0, measured in the same run; issue 15 allows 5 %. */
+ * SHEAF_FREE_CHECKS=0, measured in the same run; issue 15 allows 5 %.  One run compares
+ * one placement of each instance's memory, which alone moves the batch100/256 ratio by
+ * up to 2x from one process to the next (docs/benchmarks.md, "The cost of the free
+ * checks"): the target is judged by the median over many runs, tools/checks-cost.sh. */
 static void fp_checks_target(struct bench_ctx *ctx, const char *variant)
 {
 	static const char *const pairs[][2] = { { "sheaf", "sheaf-nochecks" },
