@@ -62,7 +62,8 @@ int sheaf_sys_madvise(void *p, size_t len, int advice);
 int sheaf_sys_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
 
 void *sheaf_os_map(size_t size);            /* zeroed RW pages, NULL + ENOMEM on failure */
-int sheaf_os_unmap(void *p, size_t size);   /* 0, or -errno (reported; the pages stay) */
+int sheaf_os_unmap(void *p, size_t size);   /* 0, or -errno (reported; the address range
+                                               stays mapped, its memory purged) */
 int sheaf_os_purge(void *p, size_t size);   /* madvise(MADV_DONTNEED): 0 or -errno */
 uint64_t sheaf_os_now_ns(void);
 int sheaf_os_getcpu(void);                  /* current CPU (rseq cpu_id via glibc) */
