@@ -107,7 +107,8 @@ SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **obj
 SHEAF_API struct sheaf_prefilled *sheaf_cache_prefill(struct sheaf_cache *c, unsigned int n);
 SHEAF_API void *sheaf_cache_alloc_from(struct sheaf_cache *c, struct sheaf_prefilled *s);
 /* Make *s hold at least @n objects; may replace *s.  0, -EINVAL, -ENOMEM
- * (on -ENOMEM the old sheaf is intact). */
+ * (on -ENOMEM *s is the same sheaf, with every object it held and perhaps some
+ * the refill could get, still fewer than @n: sheaf_prefilled_size() tells). */
 SHEAF_API int sheaf_cache_refill(struct sheaf_cache *c, struct sheaf_prefilled **s, unsigned int n);
 SHEAF_API void sheaf_cache_return(struct sheaf_cache *c, struct sheaf_prefilled *s);
 SHEAF_API unsigned int sheaf_prefilled_size(const struct sheaf_prefilled *s);

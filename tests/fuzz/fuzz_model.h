@@ -381,6 +381,16 @@ static void fz_cache_prefill(struct fz_state *s, int i)
 		if (r == -ENOMEM) {
 			if (fc->pf[j] != old)
 				fz_fail("refill -ENOMEM replaced the sheaf");
+			/* The sheaf keeps what it had and what the refill could get
+			 * (sheaf.h; the kernel's refill does the same).  The model kept the
+			 * old count here once: a refill that got part of its objects made
+			 * the cache look one object fuller than held (found by fuzz_cache
+			 * with mmap failures armed). */
+			unsigned now = sheaf_prefilled_size(fc->pf[j]);
+			if (now < fc->pf_n[j] || now >= want)
+				fz_fail("refill(%u) -ENOMEM: %u objects, held %u before", want, now,
+					fc->pf_n[j]);
+			fc->pf_n[j] = now;
 			fz_alloc_failed(s, "sheaf_cache_refill", ENOMEM);
 			return;
 		}

@@ -111,6 +111,55 @@ static void test_bulk(void)
 	sheaf_cache_destroy(c);
 }
 
+/* A refill that runs out of memory half way (sheaf.h): -ENOMEM, the same sheaf, every
+ * object it held and those the refill got (fewer than asked), all accounted for, all
+ * distinct; after the failure a refill succeeds. */
+static void test_refill_partial(void)
+{
+	struct sheaf_cache_args a = { .flags = SHEAF_NO_SHEAVES }; /* prefill: oversize */
+	struct sheaf_cache *c = sheaf_cache_create("refill-partial", 64, &a);
+	REQUIRE(c);
+	enum {
+		N = 200
+	};
+	struct sheaf_prefilled *p = sheaf_cache_prefill(c, N);
+	REQUIRE(p && sheaf_prefilled_size(p) == N);
+	static void *held[N];
+	for (int i = 0; i < N; i++)
+		REQUIRE((held[i] = sheaf_cache_alloc_from(c, p)) != NULL);
+	for (int i = 0; i < 5; i++) /* 5 free slots on a partial slab */
+		sheaf_cache_free(c, held[i]);
+	struct sheaf_prefilled *old = p;
+	sheaf_os_inject_heap_failure(0); /* no new slab */
+	int r = sheaf_cache_refill(c, &p, N);
+	sheaf_os_inject_heap_failure(-1);
+	unsigned got = sheaf_prefilled_size(p);
+	printf("# refill(%d) with no new slab: %d, the sheaf holds %u\n", N, r, got);
+	CHECK(r == -ENOMEM && p == old);
+	CHECK(got >= 5 && got < N);
+	struct sheaf_stats st;
+	stats(c, &st);
+	CHECK(st.objects_inuse == (uint64_t)(N - 5) + got);
+	void *from[N];
+	for (unsigned i = 0; i < got; i++) {
+		from[i] = sheaf_cache_alloc_from(c, p);
+		CHECK(from[i] != NULL);
+		for (int k = 5; k < N && from[i]; k++)
+			CHECK(from[i] != held[k]);
+	}
+	CHECK(sheaf_cache_alloc_from(c, p) == NULL);
+	CHECK(sheaf_cache_refill(c, &p, N) == 0 && sheaf_prefilled_size(p) >= N);
+	sheaf_cache_return(c, p);
+	for (unsigned i = 0; i < got; i++)
+		sheaf_cache_free(c, from[i]);
+	for (int i = 5; i < N; i++)
+		sheaf_cache_free(c, held[i]);
+	sheaf_cache_shrink(c);
+	stats(c, &st);
+	CHECK(st.objects_inuse == 0);
+	sheaf_cache_destroy(c);
+}
+
 /* K§5: a prefilled sheaf of n guarantees n allocations, then NULL. */
 static void test_prefill(void)
 {
@@ -227,6 +276,7 @@ int main(void)
 	RUN(test_conservation);
 	RUN(test_bulk);
 	RUN(test_prefill);
+	RUN(test_refill_partial);
 	RUN(test_stats_output);
 	RUN(test_thread_exit);
 	return th_done();
