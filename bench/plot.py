@@ -21,13 +21,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 ORDER = ["floor", "glibc", "jemalloc", "mimalloc", "tcmalloc", "dpdk-mempool",
          "sheaf-malloc", "sheaf", "sheaf-k7", "sheaf-c512",
-         "sheaf-malloc-nochecks", "sheaf-nochecks", "sheaf-malloc-prev", "sheaf-prev"]
+         "sheaf-malloc-nochecks", "sheaf-nochecks", "sheaf-malloc-checks", "sheaf-checks",
+         "sheaf-malloc-prev", "sheaf-prev"]
 COLORS = {
     "floor": "#bbbbbb", "glibc": "#8c564b", "jemalloc": "#9467bd",
     "mimalloc": "#1f77b4", "tcmalloc": "#17becf", "dpdk-mempool": "#7f7f7f",
     "sheaf-malloc": "#ff7f0e", "sheaf": "#d62728", "sheaf-k7": "#e377c2",
     "sheaf-c512": "#bcbd22", "sheaf-malloc-nochecks": "#ffbb78",
-    "sheaf-nochecks": "#ff9896", "sheaf-malloc-prev": "#c49c94",
+    "sheaf-nochecks": "#ff9896", "sheaf-malloc-checks": "#ffd8a8",
+    "sheaf-checks": "#f4b6b6", "sheaf-malloc-prev": "#c49c94",
     "sheaf-prev": "#8c2d2d",
 }
 # x-axis titles: what the variant names on the axis are.

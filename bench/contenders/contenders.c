@@ -60,12 +60,21 @@ struct bench_alloc bench_allocs[] = {
 	{ .name = "sheaf-c512", .kind = BK_SHEAF, .apis = BENCH_API_CACHE, .capacity = 512 },
 	/* The cost of the free checks (README "Errors"): the same library, a private
 	 * copy loaded with RTLD_LOCAL and SHEAF_FREE_CHECKS=0 set in it, measured in
-	 * the same run as `sheaf` and `sheaf-malloc` (init_sheaf_nochecks). */
+	 * the same run as `sheaf` and `sheaf-malloc` (init_sheaf_checks_copy). */
 	{ .name = "sheaf-malloc-nochecks",
 	  .kind = BK_MALLOC,
 	  .apis = BENCH_API_NOCHECKS,
 	  .copy = true },
 	{ .name = "sheaf-nochecks", .kind = BK_SHEAF, .apis = BENCH_API_NOCHECKS, .copy = true },
+	/* The checked side, loaded the same way (init_sheaf_checks_copy with "1"): the
+	 * linked library and a private copy of it differ by a few per cent with the same
+	 * settings (pair/256 through malloc: 1.044x over 30 processes, docs/benchmarks.md),
+	 * so the free-checks targets compare a copy with a copy. */
+	{ .name = "sheaf-malloc-checks",
+	  .kind = BK_MALLOC,
+	  .apis = BENCH_API_CHECKSCOPY,
+	  .copy = true },
+	{ .name = "sheaf-checks", .kind = BK_SHEAF, .apis = BENCH_API_CHECKSCOPY, .copy = true },
 	/* The previous revision (issue 14): a libsheaf.so built from an earlier commit
 	 * (scripts/build-prev.sh), given with --prev-lib or SHEAF_BENCH_PREV_LIB, loaded
 	 * as a private copy and measured in the same phases as its current counterpart
@@ -175,17 +184,19 @@ static void *load_sheaf_copy(const char *path, char *why, size_t len)
 
 static void bind_copy(void *h, struct bench_alloc *sm, struct bench_alloc *sc, const char *what);
 
-static void init_sheaf_nochecks(void)
+/* A private copy with SHEAF_FREE_CHECKS=@checks for the malloc contender @mname and
+ * the object-cache contender @cname. */
+static void init_sheaf_checks_copy(const char *checks, const char *mname, const char *cname)
 {
-	struct bench_alloc *sm = find_mut("sheaf-malloc-nochecks"),
-			   *sc = find_mut("sheaf-nochecks");
-	char why[160] = "";
+	struct bench_alloc *sm = find_mut(mname), *sc = find_mut(cname);
+	char why[160] = "", what[96];
 	void *h = load_sheaf_copy(NULL, why, sizeof(why));
 	int (*set)(const char *, const char *) =
 		h ? (int (*)(const char *, const char *))dlsym(h, "sheaf_option_set") : NULL;
-	if (h && (!set || set("FREE_CHECKS", "0") != 0)) {
+	if (h && (!set || set("FREE_CHECKS", checks) != 0)) {
 		snprintf(why, sizeof(why),
-			 "the copy refused SHEAF_FREE_CHECKS=0 (too old, or already started)");
+			 "the copy refused SHEAF_FREE_CHECKS=%s (too old, or already started)",
+			 checks);
 		h = NULL;
 	}
 	if (!h) {
@@ -193,7 +204,8 @@ static void init_sheaf_nochecks(void)
 		snprintf(sc->how, sizeof(sc->how), "%s", why);
 		return;
 	}
-	bind_copy(h, sm, sc, "a private copy of libsheaf.so, SHEAF_FREE_CHECKS=0");
+	snprintf(what, sizeof(what), "a private copy of libsheaf.so, SHEAF_FREE_CHECKS=%s", checks);
+	bind_copy(h, sm, sc, what);
 }
 
 /* Bind the malloc contender @sm and the object-cache contender @sc to the copy @h,
@@ -375,12 +387,14 @@ void bench_allocs_init(bool sanitized, const char *prev_lib)
 #endif
 	init_sheaf();
 	if (sanitized) {
-		snprintf(find_mut("sheaf-nochecks")->how, sizeof(a->how),
-			 "skipped in sanitizer builds");
-		snprintf(find_mut("sheaf-malloc-nochecks")->how, sizeof(a->how),
-			 "skipped in sanitizer builds");
+		static const char *const copies[] = { "sheaf-nochecks", "sheaf-malloc-nochecks",
+						      "sheaf-checks", "sheaf-malloc-checks" };
+		for (size_t i = 0; i < sizeof(copies) / sizeof(copies[0]); i++)
+			snprintf(find_mut(copies[i])->how, sizeof(a->how),
+				 "skipped in sanitizer builds");
 	} else {
-		init_sheaf_nochecks();
+		init_sheaf_checks_copy("0", "sheaf-malloc-nochecks", "sheaf-nochecks");
+		init_sheaf_checks_copy("1", "sheaf-malloc-checks", "sheaf-checks");
 	}
 	a = find_mut("sheaf-prev");
 	if (sanitized) {

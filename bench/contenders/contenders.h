@@ -35,6 +35,9 @@ enum bench_kind {
 /* The same Sheaf with its free checks off (SHEAF_FREE_CHECKS=0): only in the phases
  * that measure what the checks cost (fastpath pair and batch100). */
 #define BENCH_API_NOCHECKS 4u
+/* The checked side of that comparison, loaded like the nochecks copies (a private copy,
+ * SHEAF_FREE_CHECKS=1): only in the fast-path pair and batch100 phases. */
+#define BENCH_API_CHECKSCOPY 8u
 
 struct bench_alloc {
 	const char *name; /* short id used in CSV and --allocs: "mimalloc" */
