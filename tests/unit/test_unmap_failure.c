@@ -54,8 +54,11 @@ static void test_large_blocks(void)
 	       "RSS %ld -> %ld KiB\n",
 	       ROUNDS, BLOCK >> 20, hits, before, after);
 	CHECK(hits >= ROUNDS / 2);
-	/* Without the purge: ROUNDS x 40 MiB = 960 MiB more.  Allow two blocks. */
-	CHECKF(after - before < (long)(2 * BLOCK >> 10), "RSS grew by %ld KiB", after - before);
+	/* Without the purge: ROUNDS x 40 MiB = 960 MiB more.  Allow two blocks.  Not
+	 * under TSan: its shadow of a range that stays mapped stays resident (4x). */
+	if (!SANITIZE_THREAD)
+		CHECKF(after - before < (long)(2 * BLOCK >> 10), "RSS grew by %ld KiB",
+		       after - before);
 	/* Usable afterwards. */
 	char *p = sheaf_malloc(BLOCK);
 	CHECK(p != NULL);
