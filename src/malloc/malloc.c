@@ -479,8 +479,11 @@ void *sheaf_realloc(void *p, size_t n)
 	}
 	void *q = sheaf_malloc(n);
 	if (unlikely(!q)) {
-		/* A shrink that cannot move keeps the old block. */
-		return n <= cur ? p : NULL;
+		/* NULL (ENOMEM), the block as it was, a shrink too (as mimalloc does for a
+		 * shrink below half).  Keeping the block under the smaller request would
+		 * leave it in a class that free_sized(p, n) then reports as a size mismatch:
+		 * a correct program aborted (found by fuzz_cache with mmap failures). */
+		return NULL;
 	}
 	memcpy(q, p, n < cur ? n : cur);
 	sheaf_free(p);

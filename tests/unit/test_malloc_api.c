@@ -286,6 +286,36 @@ static void t_free_keeps_errno(void)
 	CHECK(errno == 31);
 }
 
+/* A realloc to a smaller class that cannot get memory fails (NULL, ENOMEM) and leaves
+ * the block as it was, so that free_sized with the size the program last asked for is
+ * always right: before, the block was kept under the smaller request and
+ * free_sized(p, 1500) of a block in the 32 KiB class was reported as a size mismatch. */
+static void t_realloc_shrink_enomem(void)
+{
+	char *p = sheaf_malloc(30000);
+	REQUIRE(p);
+	memset(p, 0x5a, 30000);
+	(void)sheaf_malloc_trim(); /* no cached 1536-byte object or slab left */
+	struct sheaf_malloc_counters c0, c1;
+	sheaf_malloc_counters_get(&c0);
+	sheaf_os_inject_heap_failure(0);
+	errno = 0;
+	char *q = sheaf_realloc(p, 1500);
+	int e = errno;
+	sheaf_os_inject_heap_failure(-1);
+	CHECK(q == NULL && e == ENOMEM);
+	CHECK(p[0] == 0x5a && p[29999] == 0x5a);
+	sheaf_free_sized(p, 30000); /* the block's request is still 30000 */
+	q = sheaf_malloc(30000);
+	REQUIRE(q);
+	q[0] = 1;
+	char *r = sheaf_realloc(q, 1500); /* with memory: moves */
+	CHECK(r != NULL && r[0] == 1);
+	sheaf_free_sized(r, 1500);
+	sheaf_malloc_counters_get(&c1);
+	CHECK(c1.errors == c0.errors);
+}
+
 static void t_free_sized(void)
 {
 	/* Any size between the request and the usable size is accepted. */
@@ -606,6 +636,7 @@ int main(void)
 	RUN(t_realloc);
 	RUN(t_free_keeps_errno);
 	RUN(t_free_sized);
+	RUN(t_realloc_shrink_enomem);
 	RUN(t_misuse_reported);
 	RUN(t_extent_cache);
 	RUN(t_extent_cache_rlimit);
