@@ -24,17 +24,47 @@
 
 #define CALLER() __builtin_extract_return_addr(__builtin_return_address(0))
 
+/* The record of @addr (NULL: none), its bucket locked in *@bp either way. */
+static struct dobj *lookup_lock(const void *addr, struct bucket **bp)
+{
+	struct bucket *b = dobj_bucket_of(addr);
+	bucket_lock(b);
+	*bp = b;
+	return dobj_lookup_locked(b, addr);
+}
+
+/* Report @op on the object of record @o: its state copied under @b's lock, the
+ * report made after unlocking; returns that state (for the fix-up). */
+static enum sheaf_debug_state report_unlock(struct bucket *b, const struct dobj *o, const char *op,
+					    const void *caller)
+{
+	struct snapshot s;
+	dobj_snap(&s, o);
+	bucket_unlock(b);
+	dobj_report(op, &s, caller);
+	return s.state;
+}
+
+/* Report @op on an object the tracker has no record of; returns its state for the
+ * fix-up (SHEAF_DEBUG_STATE_NOTAVAILABLE). */
+static enum sheaf_debug_state report_untracked(void *addr, const struct sheaf_debug_obj_descr *d,
+					       const char *op, const void *caller)
+{
+	struct snapshot s = { addr, d, NULL, SHEAF_DEBUG_STATE_NOTAVAILABLE };
+	dobj_report(op, &s, caller);
+	return s.state;
+}
+
 static void do_init(void *addr, const struct sheaf_debug_obj_descr *d, const void *caller)
 {
 	struct bucket *b = dobj_bucket_of(addr);
 	struct dobj *o = dobj_lookup_or_alloc(b, addr, d, caller);
-	struct snapshot s;
 	if (!o) {
 		bucket_unlock(b);
 		/* No memory for a record: say so (counted, rate-limited); the
 		 * object's later operations will report "not available". */
-		s = (struct snapshot){ addr, d, NULL, SHEAF_DEBUG_STATE_NOTAVAILABLE };
-		dobj_report("init (out of memory for a tracking record)", &s, caller);
+		(void)report_untracked(addr, d, "init (out of memory for a tracking record)",
+				       caller);
 		return;
 	}
 	switch (o->state) {
@@ -48,15 +78,10 @@ static void do_init(void *addr, const struct sheaf_debug_obj_descr *d, const voi
 		bucket_unlock(b);
 		break;
 	case SHEAF_DEBUG_STATE_ACTIVE:
-		dobj_snap(&s, o);
-		bucket_unlock(b);
-		dobj_report("init", &s, caller);
-		dobj_fixup(d->fixup_init, addr, s.state);
+		dobj_fixup(d->fixup_init, addr, report_unlock(b, o, "init", caller));
 		break;
 	default: /* destroyed */
-		dobj_snap(&s, o);
-		bucket_unlock(b);
-		dobj_report("init", &s, caller);
+		(void)report_unlock(b, o, "init", caller);
 		break;
 	}
 	dobj_housekeeping();
@@ -72,12 +97,10 @@ SHEAF_API void sheaf_debug_object_init(void *addr, const struct sheaf_debug_obj_
 SHEAF_API int sheaf_debug_object_activate(void *addr, const struct sheaf_debug_obj_descr *d)
 {
 	const void *caller = CALLER();
-	struct snapshot s;
 	if (!dobj_tracker_ready() || !addr || !d)
 		return 0;
-	struct bucket *b = dobj_bucket_of(addr);
-	bucket_lock(b);
-	struct dobj *o = dobj_lookup_locked(b, addr);
+	struct bucket *b;
+	struct dobj *o = lookup_lock(addr, &b);
 	if (o) {
 		switch (o->state) {
 		case SHEAF_DEBUG_STATE_INIT:
@@ -88,14 +111,12 @@ SHEAF_API int sheaf_debug_object_activate(void *addr, const struct sheaf_debug_o
 			dobj_housekeeping();
 			return 0;
 		case SHEAF_DEBUG_STATE_ACTIVE:
-			dobj_snap(&s, o);
-			bucket_unlock(b);
-			dobj_report("activate", &s, caller);
-			return dobj_fixup(d->fixup_activate, addr, s.state) ? 0 : -EINVAL;
+			if (dobj_fixup(d->fixup_activate, addr,
+				       report_unlock(b, o, "activate", caller)))
+				return 0;
+			return -EINVAL;
 		default: /* destroyed: never activated again */
-			dobj_snap(&s, o);
-			bucket_unlock(b);
-			dobj_report("activate", &s, caller);
+			(void)report_unlock(b, o, "activate", caller);
 			return -EINVAL;
 		}
 	}
@@ -113,20 +134,18 @@ SHEAF_API int sheaf_debug_object_activate(void *addr, const struct sheaf_debug_o
 		bucket_unlock(b);
 		return 0;
 	}
-	s = (struct snapshot){ addr, d, NULL, SHEAF_DEBUG_STATE_NOTAVAILABLE };
-	dobj_report("activate", &s, caller);
-	return dobj_fixup(d->fixup_activate, addr, s.state) ? 0 : -EINVAL;
+	if (dobj_fixup(d->fixup_activate, addr, report_untracked(addr, d, "activate", caller)))
+		return 0;
+	return -EINVAL;
 }
 
 SHEAF_API void sheaf_debug_object_deactivate(void *addr, const struct sheaf_debug_obj_descr *d)
 {
 	const void *caller = CALLER();
-	struct snapshot s;
 	if (!dobj_tracker_ready() || !addr || !d)
 		return;
-	struct bucket *b = dobj_bucket_of(addr);
-	bucket_lock(b);
-	struct dobj *o = dobj_lookup_locked(b, addr);
+	struct bucket *b;
+	struct dobj *o = lookup_lock(addr, &b);
 	if (o) {
 		switch (o->state) {
 		case SHEAF_DEBUG_STATE_INIT:
@@ -138,26 +157,21 @@ SHEAF_API void sheaf_debug_object_deactivate(void *addr, const struct sheaf_debu
 			dobj_housekeeping();
 			return;
 		default:
-			dobj_snap(&s, o);
-			bucket_unlock(b);
-			dobj_report("deactivate", &s, caller);
+			(void)report_unlock(b, o, "deactivate", caller);
 			return;
 		}
 	}
 	bucket_unlock(b);
-	s = (struct snapshot){ addr, d, NULL, SHEAF_DEBUG_STATE_NOTAVAILABLE };
-	dobj_report("deactivate", &s, caller);
+	(void)report_untracked(addr, d, "deactivate", caller);
 }
 
 SHEAF_API void sheaf_debug_object_destroy(void *addr, const struct sheaf_debug_obj_descr *d)
 {
 	const void *caller = CALLER();
-	struct snapshot s;
 	if (!dobj_tracker_ready() || !addr || !d)
 		return;
-	struct bucket *b = dobj_bucket_of(addr);
-	bucket_lock(b);
-	struct dobj *o = dobj_lookup_locked(b, addr);
+	struct bucket *b;
+	struct dobj *o = lookup_lock(addr, &b);
 	if (!o) {
 		bucket_unlock(b);
 		return;
@@ -172,15 +186,10 @@ SHEAF_API void sheaf_debug_object_destroy(void *addr, const struct sheaf_debug_o
 		dobj_housekeeping();
 		return;
 	case SHEAF_DEBUG_STATE_ACTIVE:
-		dobj_snap(&s, o);
-		bucket_unlock(b);
-		dobj_report("destroy", &s, caller);
-		dobj_fixup(d->fixup_destroy, addr, s.state);
+		dobj_fixup(d->fixup_destroy, addr, report_unlock(b, o, "destroy", caller));
 		return;
 	default:
-		dobj_snap(&s, o);
-		bucket_unlock(b);
-		dobj_report("destroy", &s, caller);
+		(void)report_unlock(b, o, "destroy", caller);
 		return;
 	}
 }
@@ -188,21 +197,16 @@ SHEAF_API void sheaf_debug_object_destroy(void *addr, const struct sheaf_debug_o
 SHEAF_API void sheaf_debug_object_free(void *addr, const struct sheaf_debug_obj_descr *d)
 {
 	const void *caller = CALLER();
-	struct snapshot s;
 	if (!dobj_tracker_ready() || !addr || !d)
 		return;
-	struct bucket *b = dobj_bucket_of(addr);
-	bucket_lock(b);
-	struct dobj *o = dobj_lookup_locked(b, addr);
+	struct bucket *b;
+	struct dobj *o = lookup_lock(addr, &b);
 	if (!o) {
 		bucket_unlock(b);
 		return;
 	}
 	if (o->state == SHEAF_DEBUG_STATE_ACTIVE) {
-		dobj_snap(&s, o);
-		bucket_unlock(b);
-		dobj_report("free", &s, caller);
-		dobj_fixup(d->fixup_free, addr, s.state);
+		dobj_fixup(d->fixup_free, addr, report_unlock(b, o, "free", caller));
 		return;
 	}
 	o->state = SHEAF_DEBUG_STATE_FREED;
@@ -217,9 +221,8 @@ SHEAF_API void sheaf_debug_object_assert_init(void *addr, const struct sheaf_deb
 	const void *caller = CALLER();
 	if (!dobj_tracker_ready() || !addr || !d)
 		return;
-	struct bucket *b = dobj_bucket_of(addr);
-	bucket_lock(b);
-	struct dobj *o = dobj_lookup_locked(b, addr);
+	struct bucket *b;
+	struct dobj *o = lookup_lock(addr, &b);
 	bucket_unlock(b);
 	if (o)
 		return;
@@ -227,24 +230,20 @@ SHEAF_API void sheaf_debug_object_assert_init(void *addr, const struct sheaf_deb
 		do_init(addr, d, caller);
 		return;
 	}
-	struct snapshot s = { addr, d, NULL, SHEAF_DEBUG_STATE_NOTAVAILABLE };
-	dobj_report("assert_init", &s, caller);
-	dobj_fixup(d->fixup_assert_init, addr, s.state);
+	dobj_fixup(d->fixup_assert_init, addr, report_untracked(addr, d, "assert_init", caller));
 }
 
 SHEAF_API enum sheaf_debug_state sheaf_debug_object_state(const void *addr)
 {
 	if (!dobj_tracker_ready() || !addr)
 		return SHEAF_DEBUG_STATE_NONE;
-	struct bucket *b = dobj_bucket_of(addr);
-	bucket_lock(b);
-	struct dobj *o = dobj_lookup_locked(b, addr);
+	struct bucket *b;
+	struct dobj *o = lookup_lock(addr, &b);
 	enum sheaf_debug_state s = o ? (enum sheaf_debug_state)o->state : SHEAF_DEBUG_STATE_NONE;
 	bucket_unlock(b);
 	return s;
 }
 
-/* Walk one bucket for records in [lo, hi): report active ones, drop all. */
 /* Walk one bucket for records in [lo, hi): report each active one once and
  * run its fix-up (without the lock), then drop every record there -- also one
  * a fix-up left active: the memory is going away. */
