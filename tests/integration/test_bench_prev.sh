@@ -30,25 +30,7 @@ fi
 lib=$(ldd "$bench" | awk '/libsheaf\.so/ { print $3; exit }')
 out=$(mktemp -d "${TMPDIR:-/tmp}/sheaf-bench-prev.XXXXXX")
 trap 'rm -rf "$out"' EXIT
-fails=0
-n=0
-check() { # check <description> <command...>
-	n=$((n + 1))
-	local what=$1
-	shift
-	if "$@"; then
-		echo "ok $n - $what"
-	else
-		echo "not ok $n - $what"
-		fails=$((fails + 1))
-	fi
-}
-finish() {
-	echo "1..$n"
-	echo "# $((n - fails)) passed, $fails failed"
-	[ "$fails" -eq 0 ]
-	exit
-}
+. "$(dirname "${BASH_SOURCE[0]}")/tap_lib.sh"
 env -u SHEAF_BENCH_PREV_LIB "$bench" --list >"$out/list-none" 2>&1
 if grep -qE '^  sheaf-prev +no +skipped in sanitizer builds' "$out/list-none"; then
 	check "sanitizer build: sheaf-malloc-prev is left out too" \

@@ -28,19 +28,7 @@ if [ ! -x "$bench" ]; then
 fi
 out=$(mktemp -d "${TMPDIR:-/tmp}/sheaf-bench-smoke.XXXXXX")
 trap 'rm -rf "$out"' EXIT
-fails=0
-n=0
-check() { # check <description> <command...>
-	n=$((n + 1))
-	local what=$1
-	shift
-	if "$@"; then
-		echo "ok $n - $what"
-	else
-		echo "not ok $n - $what"
-		fails=$((fails + 1))
-	fi
-}
+. "$(dirname "${BASH_SOURCE[0]}")/tap_lib.sh"
 
 # Under TSan (the variable is ignored otherwise): suppress liburcu's internal
 # false reports only (see the .supp file), keeping the caller's other options.
@@ -94,6 +82,4 @@ if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
 	have_png() { compgen -G "$out/run/*.png" >/dev/null; }
 	check "plots drawn" have_png
 fi
-echo "1..$n"
-echo "# $((n - fails)) passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish
