@@ -343,11 +343,8 @@ void sheaf_free_slowpath(void *p)
 	uintptr_t k = sheaf_page_key(p);
 	struct sheaf_node *n = (struct sheaf_node *)k;
 	struct sheaf_cache *fc = n != NULL ? n->malloc_cache : NULL;
-	/* Per-thread mode (no rseq CPU: SHEAF_PERCPU=thread, Valgrind): the thread's own
-	 * main sheaf, with the checks of every free; it touches no errno, so it comes
-	 * before the errno save (issue 17: one call instead of three). */
-	if (sheaf_likely(fc != NULL) && sheaf_thread_push(fc, p, k))
-		return;
+	/* The per-thread push was tried inline (malloc.h); in ASan and Valgrind builds
+	 * sheaf_cache_free below makes it, tracking the object. */
 	/* The reaper starts here, where no lock of ours is held, once the heap
 	 * is big enough (cache/cache.h, reaper.c). */
 	if (sheaf_unlikely(sheaf_reaper_wanted_by_malloc()) && !malloc_tls_creating)

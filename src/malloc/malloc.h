@@ -92,37 +92,41 @@ static inline void *sheaf_malloc_inline(size_t n)
 	else
 		c = NULL;
 	if (sheaf_likely(c != NULL)) {
-#if SHEAF_HAVE_RSEQ
 		if (!SHEAF_TRACK_ENABLED) {
-			/* The class cache's per-CPU pop inlined here (fastpath.h): no call. */
+			/* The class cache's per-CPU pop inlined here (fastpath.h): no call;
+			 * where it misses for want of an rseq CPU (per-thread mode), the
+			 * thread's own pop, inline too (issue 17: the call to the cache
+			 * layer cost a third of a per-thread malloc). */
 			void *o;
-			if (sheaf_likely(sheaf_cpu_pop(c, &o))) {
+			if (sheaf_likely(sheaf_cpu_pop(c, &o)) || sheaf_likely(sheaf_thread_pop(c, &o))) {
 				sheaf_mark_clear(c, o);
 				return o;
 			}
 		}
-#endif
-		/* The per-thread path and the slow path; ASan and Valgrind builds (track.h)
-		 * take sheaf_cache_alloc, which tracks the object its own pop returns. */
+		/* The slow path; ASan and Valgrind builds (track.h) take sheaf_cache_alloc,
+		 * which tracks the object its own pop returns. */
 		return SHEAF_TRACK_ENABLED ? sheaf_cache_alloc(c) : sheaf_cache_alloc_thread(c);
 	}
 	return sheaf_malloc_slow(n);
 }
 
-/* Everything sheaf_free_inline() does not do inline: NULL, a per-thread mode, a
- * free-check hook, a full or locked main, extents, foreign pointers, errors. */
+/* Everything sheaf_free_inline() does not do inline: NULL, a free-check hook, a full
+ * or locked main, extents, foreign pointers, errors. */
 void sheaf_free_slowpath(void *p) __attribute__((noinline));
 
 /* sheaf_free(): one page-map load gives the owning cache node, whose
  * malloc_p2_mask tests "a class with a power-of-two slot and the free mark, and an
  * object start" at once (the usual case), and whose malloc_cache is its cache if
- * that is one of malloc's classes, then the per-CPU push (rseq.h).
+ * that is one of malloc's classes, then the per-CPU push (rseq.h).  Where that
+ * misses for want of an rseq CPU (per-thread mode: SHEAF_PERCPU=thread, no rseq,
+ * Valgrind), the thread's own push with the same key and cache, inline
+ * (fastpath.h sheaf_thread_push: every check of a free), instead of a slow path
+ * that looked them up again (issue 17).
  * Everything else is one tail call, so the fast path needs no stack frame and
  * never touches errno (POSIX 2024 requires free to preserve it).  NULL fails the bound test
  * (NULL - base wraps above the limit) and leaves through the slow path. */
 static inline void sheaf_free_inline(void *p)
 {
-#if SHEAF_HAVE_RSEQ
 	if (!SHEAF_TRACK_ENABLED) {
 		uintptr_t off = (uintptr_t)p - (uintptr_t)sheaf_heap.base;
 		/* The covered heap size, 0 while a free-check hook is set (page layer);
@@ -134,12 +138,14 @@ static inline void sheaf_free_inline(void *p)
 			/* A node's cache pointer and mask are set before its key is published. */
 			if (sheaf_likely(k != 0)) {
 				const struct sheaf_node *n = (const struct sheaf_node *)k;
+				struct sheaf_cache *fc = n->malloc_cache;
 				/* The usual case in one test (slab.h malloc_p2_mask): p is an
 				 * object start of a class with a power-of-two slot and the free
 				 * mark in the object; the sequence tests and writes the mark
 				 * (slab/freecheck.h, fastpath.h). */
 				if (sheaf_likely(!((uintptr_t)p & n->malloc_p2_mask))) {
-					if (sheaf_likely(sheaf_cpu_push_key_mark(n->malloc_cache, p, k)))
+					if (sheaf_likely(sheaf_cpu_push_key_mark(fc, p, k)) ||
+					    sheaf_likely(sheaf_thread_push_gated(fc, p, k, true)))
 						return;
 					goto slow_free;
 				}
@@ -147,22 +153,21 @@ static inline void sheaf_free_inline(void *p)
 				 * mark, or no check at all (SHEAF_FREE_CHECKS=0).  A pointer
 				 * of a power-of-two class that failed the mask is not an
 				 * object start: the slow path reports it. */
-				struct sheaf_cache *fc = n->malloc_cache;
 				if (sheaf_unlikely(fc == NULL))
 					goto slow_free;
 				if (fc->free_mark == SHEAF_MARK_WORD1) {
 					if (sheaf_likely(sheaf_obj_is_start(fc, p)) &&
 					    sheaf_likely(sheaf_cpu_push_key_mark(fc, p, k)))
 						return;
-					goto slow_free;
+				} else if (!fc->free_checks && sheaf_likely(sheaf_cpu_push_key(fc, p, k))) {
+					return;
 				}
-				if (!fc->free_checks && sheaf_likely(sheaf_cpu_push_key(fc, p, k)))
+				if (sheaf_likely(sheaf_thread_push_gated(fc, p, k, false)))
 					return;
 			}
 		}
 	}
 slow_free:
-#endif
 	sheaf_free_slowpath(p);
 }
 

@@ -223,21 +223,28 @@ sheaf_fast_inline bool sheaf_thread_pop(struct sheaf_cache *c, void **obj)
 
 /* Push @obj (page-map key @key) on the calling thread's main of @c (non-NULL), after
  * the checks of every free (slab/freecheck.h): one compare covers "this cache, this
- * node, not the sentinel", then the object start, the free mark, the top of main.
- * A free-check hook sends every free to the slow path.  Returns false for the slow
+ * node, not the sentinel", then the object start (unless the caller's own test has
+ * shown it: @start_known, a constant where this is inlined), the free mark, and for
+ * a cache without one the top of main (the cheap immediate double-free test).  No
+ * free-check hook test: for a caller that read sheaf_page_fast_limit, which is 0
+ * while a hook is set (the malloc front end, malloc.h).  Returns false for the slow
  * path, which reports what is wrong; a double free seen by ASan is reported here and
  * counts as done. */
-sheaf_fast_inline bool sheaf_thread_push(struct sheaf_cache *c, void *obj, uintptr_t key)
+sheaf_fast_inline bool sheaf_thread_push_gated(struct sheaf_cache *c, void *obj, uintptr_t key, bool start_known)
 {
 	struct sheaf_pcs *pcs = sheaf_pcs_current(c);
-	if (sheaf_unlikely(!pcs || sheaf_free_check_hook))
+	if (sheaf_unlikely(!pcs))
 		return false;
 	struct sheaf_sheaf *m = pcs->main;
 	if (sheaf_unlikely(key != m->key || m->size >= m->capacity ||
-			   (c->free_checks && !sheaf_obj_is_start(c, obj)) ||
-			   (c->free_mark && *sheaf_mark_word(c, obj) == sheaf_free_key) ||
-			   sheaf_sheaf_top_is(m, obj)))
+			   (!start_known && c->free_checks && !sheaf_obj_is_start(c, obj))))
 		return false;
+	if (c->free_mark) {
+		if (sheaf_unlikely(*sheaf_mark_word(c, obj) == sheaf_free_key))
+			return false;
+	} else if (sheaf_unlikely(sheaf_sheaf_top_is(m, obj))) {
+		return false;
+	}
 	if (sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
 		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
 		return true;
@@ -246,6 +253,14 @@ sheaf_fast_inline bool sheaf_thread_push(struct sheaf_cache *c, void *obj, uintp
 		*sheaf_mark_word(c, obj) = sheaf_free_key;
 	sheaf_sheaf_push(m, obj);
 	return true;
+}
+
+/* The same for any caller: a free-check hook sends every free to the slow path. */
+sheaf_fast_inline bool sheaf_thread_push(struct sheaf_cache *c, void *obj, uintptr_t key)
+{
+	if (sheaf_unlikely(sheaf_free_check_hook))
+		return false;
+	return sheaf_thread_push_gated(c, obj, key, false);
 }
 
 /* ---- Bulk (issue 18): a batch per sequence --------------------------------------------- */

@@ -56,7 +56,8 @@ struct sheaf_percpu_hooks sheaf_percpu_hooks; /* set by sheaf_init and sheaf_rcu
 
 void (*volatile sheaf_free_check_hook)(const void *obj, size_t size);
 
-static __thread struct sheaf_tcache *tls_tc;
+/* The calling thread's state (percpu.h: read inline by sheaf_pcs_current). */
+__thread struct sheaf_tcache *sheaf_tls_tc;
 
 /* Per-thread mode: a thread's pcs, with a flag saying its owner is between
  * sheaf_pcs_lock and sheaf_pcs_unlock (or draining it).  fork waits for every flag
@@ -95,7 +96,7 @@ static void thread_exit_cb(void *arg)
 	if (!tc)
 		return;
 	tcache_destroy(tc, true);
-	tls_tc = NULL;
+	sheaf_tls_tc = NULL;
 }
 
 /* Why the mode is what it is (SHEAF_VERBOSE, docs/percpu.md). */
@@ -168,7 +169,7 @@ static struct sheaf_tcache *tcache_create(void)
 	sheaf_mutex_lock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
 	sheaf_list_add(&tc->link, &sheaf_reg.threads);
 	sheaf_mutex_unlock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
-	tls_tc = tc;
+	sheaf_tls_tc = tc;
 	return tc;
 }
 
@@ -219,7 +220,7 @@ static struct sheaf_pcs *pcs_create(struct sheaf_cache *c, struct sheaf_tcache *
 /* The calling thread's pcs of @c, creating it on first use; NULL if impossible. */
 static inline struct sheaf_pcs *thread_pcs(struct sheaf_cache *c)
 {
-	struct sheaf_tcache *tc = tls_tc;
+	struct sheaf_tcache *tc = sheaf_tls_tc;
 	if (sheaf_likely(tc && c->id < tc->n && tc->pcs[c->id]))
 		return tc->pcs[c->id];
 	if (!tc) {
@@ -424,14 +425,6 @@ void sheaf_pcs_unlock(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 		thread_pcs_leave(pcs);
 }
 
-struct sheaf_pcs *sheaf_pcs_current(struct sheaf_cache *c)
-{
-	struct sheaf_tcache *tc = tls_tc;
-	if (sheaf_likely(tc && c->id < tc->n))
-		return tc->pcs[c->id];
-	return NULL;
-}
-
 static void pcs_free(struct sheaf_cache *c, struct sheaf_pcs *pcs, size_t bytes)
 {
 	struct sheaf_sheaf *m = pcs->main;
@@ -468,8 +461,8 @@ static void tcache_destroy(struct sheaf_tcache *tc, bool owner_alive)
 	sheaf_list_del(&tc->link);
 	sheaf_mutex_unlock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
 	/* Our own frees below must not look into the table being freed. */
-	if (owner_alive && tls_tc == tc)
-		tls_tc = NULL;
+	if (owner_alive && sheaf_tls_tc == tc)
+		sheaf_tls_tc = NULL;
 	if (tc->pcs)
 		sheaf_meta_free(tc->pcs, tc->n * sizeof(*tc->pcs));
 	sheaf_meta_free(tc, sizeof(*tc));
@@ -477,7 +470,7 @@ static void tcache_destroy(struct sheaf_tcache *tc, bool owner_alive)
 
 SHEAF_API void sheaf_thread_flush(void)
 {
-	struct sheaf_tcache *tc = tls_tc;
+	struct sheaf_tcache *tc = sheaf_tls_tc;
 	if (!tc || sheaf_reg.mode != SHEAF_MODE_PERTHREAD)
 		return;
 	for (uint32_t i = 0; i < tc->n; i++) {
@@ -731,7 +724,7 @@ static sheaf_noinline void drain_fork_orphans(void)
 static void fork_release_threads(bool child)
 {
 	if (child) {
-		struct sheaf_tcache *mine = tls_tc;
+		struct sheaf_tcache *mine = sheaf_tls_tc;
 		struct sheaf_list *pos, *tmp;
 		sheaf_list_for_each_safe(pos, tmp, &sheaf_reg.threads)
 		{

@@ -140,8 +140,18 @@ int sheaf_percpu_init(void);
  * memory): the caller falls back to the slab path (K§2.4). */
 struct sheaf_pcs *sheaf_pcs_lock(struct sheaf_cache *c);
 void sheaf_pcs_unlock(struct sheaf_cache *c, struct sheaf_pcs *pcs);
-/* The calling thread's existing pcs of @c, or NULL (the fast-path lookup). */
-struct sheaf_pcs *sheaf_pcs_current(struct sheaf_cache *c);
+/* The calling thread's tables (NULL until its first slow path); written only by the
+ * thread itself (and cleared at its exit), so read without a lock. */
+extern __thread struct sheaf_tcache *sheaf_tls_tc;
+/* The calling thread's existing pcs of @c, or NULL: the per-thread fast path's lookup,
+ * inline (a call here was a fifth of a per-thread malloc+free pair, issue 17). */
+static inline struct sheaf_pcs *sheaf_pcs_current(const struct sheaf_cache *c)
+{
+	struct sheaf_tcache *tc = sheaf_tls_tc;
+	if (sheaf_likely(tc && c->id < tc->n))
+		return tc->pcs[c->id];
+	return NULL;
+}
 void sheaf_pcs_shrink_all(struct sheaf_cache *c);
 void sheaf_pcs_stats_gauge(struct sheaf_cache *c, uint64_t *in_pcs, uint64_t *slots);
 /* Run fn on every pcs of @c with that pcs locked (shrink, destroy, barrier, stats). */
