@@ -41,22 +41,23 @@ struct sheaf_cache;
 struct sheaf_prefilled;
 
 /* Cache flags (struct sheaf_cache_args.flags). */
-#define SHEAF_HWCACHE_ALIGN    0x0001u /* align objects to cache lines (64 B) */
-#define SHEAF_TYPESAFE_BY_RCU  0x0002u /* slab memory returns to the OS only after an RCU
+#define SHEAF_HWCACHE_ALIGN 0x0001u /* align objects to cache lines (64 B) */
+#define SHEAF_TYPESAFE_BY_RCU \
+	0x0002u                         /* slab memory returns to the OS only after an RCU
                                           grace period; objects may be reused at once */
-#define SHEAF_NO_SHEAVES       0x0004u /* no per-CPU sheaves: every operation uses slabs */
-#define SHEAF_DEBUG_REDZONE    0x0010u /* red zones around each object */
-#define SHEAF_DEBUG_POISON     0x0020u /* poison free objects, check on allocation */
-#define SHEAF_DEBUG_STORE_USER 0x0040u /* record allocation and free call sites */
+#define SHEAF_NO_SHEAVES        0x0004u /* no per-CPU sheaves: every operation uses slabs */
+#define SHEAF_DEBUG_REDZONE     0x0010u /* red zones around each object */
+#define SHEAF_DEBUG_POISON      0x0020u /* poison free objects, check on allocation */
+#define SHEAF_DEBUG_STORE_USER  0x0040u /* record allocation and free call sites */
 #define SHEAF_DEBUG_CONSISTENCY 0x0080u /* consistency checks on every operation */
-#define SHEAF_DEBUG_ALL        0x00f0u
+#define SHEAF_DEBUG_ALL         0x00f0u
 /* Behave like Linux 7.0 (for comparison in benchmarks): size-tier sheaf
  * capacity, barn limits 10/10 and none of D1-D7 (no barn on memoryless
  * nodes, remote-node objects bypass sheaves, fixed barn limits, global RCU
  * barrier on destroy). */
-#define SHEAF_KERNEL_COMPAT    0x0100u
+#define SHEAF_KERNEL_COMPAT 0x0100u
 /* Every flag above; any other bit makes sheaf_cache_create fail with EINVAL. */
-#define SHEAF_CACHE_FLAGS_ALL  0x01f7u
+#define SHEAF_CACHE_FLAGS_ALL 0x01f7u
 
 /* The largest sheaf capacity (sheaf_cache_args.sheaf_capacity,
  * sheaf_cache_set_capacity, SHEAF_SHEAF_CAPACITY) and the largest prefill:

@@ -116,25 +116,25 @@ SHEAF_API void sheaf_debug_objects_shrink(void);
 #define SHEAF_DEBUG_OBJECTS_STATS_VERSION 1
 
 struct sheaf_debug_objects_stats {
-	uint32_t size;    /* set by the caller to sizeof; 0 = the library's */
-	uint32_t version; /* SHEAF_DEBUG_OBJECTS_STATS_VERSION */
-	uint32_t pool_mode;       /* enum sheaf_debug_pool_mode */
-	uint32_t enabled;         /* 0 after SHEAF_DEBUG_OBJECTS=0 */
-	uint64_t objs_in_use;     /* records tracking an object now */
-	uint64_t objs_max_in_use; /* high-water mark of objs_in_use */
-	uint64_t pool_global;     /* free records in the global pool */
-	uint64_t pool_to_free;    /* free records waiting to go back to the cache */
-	uint64_t pool_percpu;     /* free records in per-thread pools */
-	uint64_t pool_min_free;   /* low-water mark of pool_global */
-	uint64_t cache_allocs;    /* records taken from the backing cache */
-	uint64_t cache_frees;     /* records given back to the backing cache */
-	uint64_t refills;         /* pool refills from the backing cache */
-	uint64_t refills_skipped; /* refills left to a concurrent refiller (not critical) */
-	uint64_t batches_moved;   /* batch moves between the pools */
-	uint64_t avg_usage;       /* EWMA of objs_in_use, sampled every 10 ms */
-	uint64_t warnings;        /* reports (printed or suppressed) */
+	uint32_t size;               /* set by the caller to sizeof; 0 = the library's */
+	uint32_t version;            /* SHEAF_DEBUG_OBJECTS_STATS_VERSION */
+	uint32_t pool_mode;          /* enum sheaf_debug_pool_mode */
+	uint32_t enabled;            /* 0 after SHEAF_DEBUG_OBJECTS=0 */
+	uint64_t objs_in_use;        /* records tracking an object now */
+	uint64_t objs_max_in_use;    /* high-water mark of objs_in_use */
+	uint64_t pool_global;        /* free records in the global pool */
+	uint64_t pool_to_free;       /* free records waiting to go back to the cache */
+	uint64_t pool_percpu;        /* free records in per-thread pools */
+	uint64_t pool_min_free;      /* low-water mark of pool_global */
+	uint64_t cache_allocs;       /* records taken from the backing cache */
+	uint64_t cache_frees;        /* records given back to the backing cache */
+	uint64_t refills;            /* pool refills from the backing cache */
+	uint64_t refills_skipped;    /* refills left to a concurrent refiller (not critical) */
+	uint64_t batches_moved;      /* batch moves between the pools */
+	uint64_t avg_usage;          /* EWMA of objs_in_use, sampled every 10 ms */
+	uint64_t warnings;           /* reports (printed or suppressed) */
 	uint64_t reports_suppressed; /* reports not printed by the rate limit */
-	uint64_t fixups;          /* fix-up callbacks that returned true */
+	uint64_t fixups;             /* fix-up callbacks that returned true */
 	uint64_t reserved[8];
 };
 

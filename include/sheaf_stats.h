@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 /* X(NAME, "meaning") */
-#define SHEAF_STAT_EVENTS(X)                                                                  \
+#define SHEAF_STAT_EVENTS(X)                                                                    \
 	X(ALLOC_FASTPATH, "allocated from a CPU's sheaves (including bulk)")                    \
 	X(ALLOC_SLOWPATH, "allocated from a partial or new slab (sheaf refills not counted)")   \
 	X(FREE_FASTPATH, "freed to a CPU's sheaves (including bulk)")                           \
@@ -40,7 +40,7 @@ extern "C" {
 	X(BARN_GET, "got a full sheaf from the barn")                                           \
 	X(BARN_GET_FAIL, "barn had no full sheaf")                                              \
 	X(BARN_PUT, "put a full sheaf in the barn")                                             \
-	X(BARN_PUT_FAIL, "barn refused a full sheaf (over its limit) or had no empty one")     \
+	X(BARN_PUT_FAIL, "barn refused a full sheaf (over its limit) or had no empty one")      \
 	X(SHEAF_PREFILL_FAST, "prefill took the spare sheaf")                                   \
 	X(SHEAF_PREFILL_SLOW, "prefill used the barn or allocated a sheaf")                     \
 	X(SHEAF_PREFILL_OVERSIZE, "prefill exceeded the sheaf capacity")                        \
@@ -49,7 +49,7 @@ extern "C" {
 	X(SHEAF_SWAP, "main and spare swapped without touching the barn")                       \
 	X(PCS_LOCK_FAIL, "per-CPU lock found held: fell back to the slab path")                 \
 	X(BARN_TRIM, "sheaves given back by the EWMA barn trimmer (D6)")                        \
-	X(RCU_SHEAF_QUEUED, "rcu sheaves handed to call_rcu")                                  \
+	X(RCU_SHEAF_QUEUED, "rcu sheaves handed to call_rcu")                                   \
 	X(RCU_SHEAF_DONE, "rcu sheaves whose grace period ended")                               \
 	X(RCU_FALLBACK_BATCH, "fallback batches of free_rcu objects handed to call_rcu")
 
@@ -69,27 +69,27 @@ struct sheaf_stats {
 	uint64_t events[SHEAF_STAT_NR];
 
 	/* gauges */
-	uint64_t object_size;     /* bytes requested at creation */
-	uint64_t slot_size;       /* bytes per object slot incl. metadata and alignment */
+	uint64_t object_size; /* bytes requested at creation */
+	uint64_t slot_size;   /* bytes per object slot incl. metadata and alignment */
 	uint64_t objs_per_slab;
-	uint64_t slab_order;      /* slab = 4 KiB << order */
+	uint64_t slab_order; /* slab = 4 KiB << order */
 	uint64_t sheaf_capacity;
-	uint64_t slabs;           /* slabs held from the page provider */
-	uint64_t partial_slabs;   /* on node partial lists */
-	uint64_t objects_total;   /* slabs * objs_per_slab */
-	uint64_t objects_inuse;   /* not on a slab freelist (includes cached ones) */
-	uint64_t objects_cached;  /* in CPU/thread sheaves, barns, rcu and prefilled sheaves */
-	uint64_t objects_in_pcs;  /* in CPU/thread main and spare sheaves */
+	uint64_t slabs;          /* slabs held from the page provider */
+	uint64_t partial_slabs;  /* on node partial lists */
+	uint64_t objects_total;  /* slabs * objs_per_slab */
+	uint64_t objects_inuse;  /* not on a slab freelist (includes cached ones) */
+	uint64_t objects_cached; /* in CPU/thread sheaves, barns, rcu and prefilled sheaves */
+	uint64_t objects_in_pcs; /* in CPU/thread main and spare sheaves */
 	uint64_t objects_in_barns;
-	uint64_t barn_full;       /* full sheaves in barns (all nodes) */
-	uint64_t barn_empty;      /* empty sheaves in barns (all nodes) */
+	uint64_t barn_full;            /* full sheaves in barns (all nodes) */
+	uint64_t barn_empty;           /* empty sheaves in barns (all nodes) */
 	uint64_t rcu_inflight_sheaves; /* sheaves waiting for a grace period */
 	uint64_t rcu_inflight_objects; /* objects waiting in rcu_free sheaves or grace periods */
-	uint64_t bytes_from_os;   /* slab bytes currently held */
-	uint64_t bytes_returned;  /* slab bytes given back to the OS over the cache's life */
+	uint64_t bytes_from_os;        /* slab bytes currently held */
+	uint64_t bytes_returned;       /* slab bytes given back to the OS over the cache's life */
 	uint64_t nodes;
-	uint64_t percpu_slots;    /* CPUs (per-CPU mode) or live threads (per-thread mode) */
-	uint64_t barn_locks;      /* barn lock acquisitions over the cache's life */
+	uint64_t percpu_slots; /* CPUs (per-CPU mode) or live threads (per-thread mode) */
+	uint64_t barn_locks;   /* barn lock acquisitions over the cache's life */
 	/* Objects moved into and out of barns in full sheaves over the cache's life:
 	 * barn_objects / barn_locks is the objects a barn operation moves. */
 	uint64_t barn_objects;
@@ -122,10 +122,10 @@ SHEAF_API void sheaf_stats_print_all_json(FILE *f);
 /* Process-wide page-provider figures. */
 struct sheaf_global_stats {
 	uint32_t size, version;
-	uint64_t heap_reserved;   /* bytes of address space the slab heap holds (2 MiB blocks mapped) */
-	uint64_t heap_mapped;     /* bytes handed to slabs and not yet given back */
-	uint64_t heap_returned;   /* bytes given back with madvise over the process life */
-	uint64_t meta_bytes;      /* internal metadata (sheaves, cache structs) */
+	uint64_t heap_reserved; /* bytes of address space the slab heap holds (2 MiB blocks mapped) */
+	uint64_t heap_mapped;   /* bytes handed to slabs and not yet given back */
+	uint64_t heap_returned; /* bytes given back with madvise over the process life */
+	uint64_t meta_bytes;    /* internal metadata (sheaves, cache structs) */
 	uint64_t caches;
 	uint64_t nodes, memory_nodes, cpus;
 	uint64_t reserved[8];

@@ -139,7 +139,8 @@ static inline void note_op_locked(struct sheaf_barn *b)
 		b->interval_ops = 0;
 		b->interval_low = b->nr_full;
 		b->interval_low_empty = b->nr_empty;
-		if ((b->ewma_low >= 16 && b->nr_full) || (b->ewma_low_empty >= 32 && b->nr_empty > 1))
+		if ((b->ewma_low >= 16 && b->nr_full) ||
+		    (b->ewma_low_empty >= 32 && b->nr_empty > 1))
 			sheaf_wr(b->trim_due, 1);
 	}
 }
@@ -211,7 +212,8 @@ struct sheaf_sheaf *sheaf_barn_replace_empty(struct sheaf_barn *b, struct sheaf_
 	return full;
 }
 
-int sheaf_barn_replace_full(struct sheaf_barn *b, struct sheaf_sheaf *full, struct sheaf_sheaf **empty)
+int sheaf_barn_replace_full(struct sheaf_barn *b, struct sheaf_sheaf *full,
+			    struct sheaf_sheaf **empty)
 {
 	*empty = NULL;
 	if (!b->enabled)
@@ -314,8 +316,8 @@ bool sheaf_barn_holds(struct sheaf_barn *b, const void *obj)
 	return found;
 }
 
-void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, uint64_t *objs, uint64_t *locks,
-		       uint64_t *moved)
+void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, uint64_t *objs,
+		       uint64_t *locks, uint64_t *moved)
 {
 	sheaf_mutex_lock(&b->lock, SHEAF_LOCK_BARN);
 	*moved += b->nr_objects;
@@ -384,7 +386,9 @@ void sheaf_barn_set_limits(struct sheaf_barn *b, size_t sheaf_bytes)
 	long full = sheaf_option_long(SHEAF_OPT_BARN_MAX_FULL);
 	long empty = sheaf_option_long(SHEAF_OPT_BARN_MAX_EMPTY);
 	if (full <= 0) {
-		size_t fit = sheaf_bytes ? (size_t)sheaf_option_long(SHEAF_OPT_BARN_BYTES) / sheaf_bytes : 0;
+		size_t fit = sheaf_bytes ?
+				     (size_t)sheaf_option_long(SHEAF_OPT_BARN_BYTES) / sheaf_bytes :
+				     0;
 		full = (long)SHEAF_MIN(SHEAF_MAX(fit, (size_t)SHEAF_MAX_FULL_SHEAVES), (size_t)256);
 	}
 	if (empty <= 0)

@@ -28,8 +28,8 @@ struct sheaf_sheaf {
 	uint64_t nalloc;        /* fast-path pops while installed as main (stat harvest) */
 	struct sheaf_list link; /* barn list, or rcu list; protected by whoever holds the sheaf */
 	struct sheaf_cache *cache;
-	int32_t node;           /* rcu sheaves: the barn they return to */
-	uint32_t flags;         /* SHEAF_SH_* */
+	int32_t node;   /* rcu sheaves: the barn they return to */
+	uint32_t flags; /* SHEAF_SH_* */
 	void *objects[];
 };
 #define SHEAF_SHEAF_HDR ((uint32_t)sizeof(struct sheaf_sheaf))
@@ -49,27 +49,27 @@ struct sheaf_barn {
 	pthread_mutex_t lock;
 	struct sheaf_sheaf *full;  /* top of the stack of full sheaves; protected by lock */
 	struct sheaf_sheaf *empty; /* top of the stack of empty sheaves; protected by lock */
-	unsigned nr_full;        /* protected by lock; read racily (sheaf_rd) to fail fast */
-	unsigned nr_empty;       /* protected by lock; read racily */
-	unsigned max_full;       /* soft limits; written under lock (D6, adaptive capacity),
+	unsigned nr_full;          /* protected by lock; read racily (sheaf_rd) to fail fast */
+	unsigned nr_empty;         /* protected by lock; read racily */
+	unsigned max_full;         /* soft limits; written under lock (D6, adaptive capacity),
 				    read racily (sheaf_rd) by the fail-fast tests */
 	unsigned max_empty;
-	bool enabled;            /* false: no barn (KERNEL_COMPAT on a memoryless node) */
+	bool enabled; /* false: no barn (KERNEL_COMPAT on a memoryless node) */
 	/* D6: working-set estimate, protected by lock. */
 	uint32_t ewma_low;       /* EWMA (x16) of the lowest nr_full seen per interval: full
 				    sheaves that sat unused through the interval */
 	uint32_t interval_low;   /* lowest nr_full in the current interval */
 	uint32_t ewma_low_empty; /* the same for empty sheaves */
 	uint32_t interval_low_empty;
-	uint32_t interval_ops;   /* barn operations in the current interval */
-	uint32_t nr_locks;       /* lock acquisitions ever (gauge barn_locks); under lock */
-	uint64_t nr_objects;     /* objects moved in or out in full sheaves ever (gauge
+	uint32_t interval_ops;      /* barn operations in the current interval */
+	uint32_t nr_locks;          /* lock acquisitions ever (gauge barn_locks); under lock */
+	uint64_t nr_objects;        /* objects moved in or out in full sheaves ever (gauge
 				    barn_objects); protected by lock */
 	uint64_t interval_start_ns; /* when the current interval began; protected by lock */
-	atomic_int adapt_due;    /* +1: the last interval's rate asks for a larger capacity,
+	atomic_int adapt_due;       /* +1: the last interval's rate asks for a larger capacity,
 				    -1: for a smaller one; taken by the next slow path (percpu/sheaf.c) */
-	uint32_t trim_due;       /* an interval ended: the next slow path trims (racy read) */
-} sheaf_aligned(SHEAF_CACHELINE); /* one per node, side by side: no false sharing */
+	uint32_t trim_due;          /* an interval ended: the next slow path trims (racy read) */
+} sheaf_aligned(SHEAF_CACHELINE);   /* one per node, side by side: no false sharing */
 
 /* Is node @i's barn another node's (a memoryless node sharing its nearest memory
  * node's, cache/create.c)?  Walks over every barn of a cache skip these, so that no barn
@@ -91,7 +91,8 @@ void sheaf_barn_put_full(struct sheaf_barn *b, struct sheaf_sheaf *s);
 struct sheaf_sheaf *sheaf_barn_replace_empty(struct sheaf_barn *b, struct sheaf_sheaf *empty);
 /* Give a full sheaf, get an empty one (may be NULL: caller allocates); -E2BIG when the
  * barn is over its full limit (@full not taken). */
-int sheaf_barn_replace_full(struct sheaf_barn *b, struct sheaf_sheaf *full, struct sheaf_sheaf **empty);
+int sheaf_barn_replace_full(struct sheaf_barn *b, struct sheaf_sheaf *full,
+			    struct sheaf_sheaf **empty);
 /* Two-sheaf exchanges (one lock for up to @n sheaves each way).  swap_fulls puts up to
  * nfull full sheaves (within the limit; *put says how many) and returns the empties
  * taken (at most *put).  swap_empties takes up to @want full sheaves and, if it got
@@ -106,7 +107,7 @@ void sheaf_barn_take_all(struct sheaf_barn *b, struct sheaf_list *full, struct s
 void sheaf_barn_trim(struct sheaf_barn *b, struct sheaf_list *full, struct sheaf_list *empty);
 bool sheaf_barn_is_valid(struct sheaf_barn *b, const struct sheaf_cache *c);
 bool sheaf_barn_holds(struct sheaf_barn *b, const void *obj); /* double-free search */
-void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, uint64_t *objs, uint64_t *locks,
-		       uint64_t *moved);
+void sheaf_barn_counts(struct sheaf_barn *b, uint64_t *full, uint64_t *empty, uint64_t *objs,
+		       uint64_t *locks, uint64_t *moved);
 
 #endif /* SHEAF_LAYER_BARN_H */

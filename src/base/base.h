@@ -34,11 +34,11 @@
  * to the kernel, by kind.  Reachable only through these hidden functions (the static
  * library's tests and fuzz targets), never from the environment. */
 enum sheaf_fault_kind {
-	SHEAF_FAULT_MMAP,       /* mmap and mremap */
+	SHEAF_FAULT_MMAP, /* mmap and mremap */
 	SHEAF_FAULT_MUNMAP,
 	SHEAF_FAULT_MADVISE,
 	SHEAF_FAULT_MEMBARRIER,
-	SHEAF_FAULT_THREAD,     /* pthread_create */
+	SHEAF_FAULT_THREAD, /* pthread_create */
 	SHEAF_FAULT_NR
 };
 /* Make the @nth next call of kind @k fail (1: the next one; 0: disarm); with
@@ -61,12 +61,12 @@ int sheaf_sys_munmap(void *p, size_t len);
 int sheaf_sys_madvise(void *p, size_t len, int advice);
 int sheaf_sys_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
 
-void *sheaf_os_map(size_t size);            /* zeroed RW pages, NULL + ENOMEM on failure */
-int sheaf_os_unmap(void *p, size_t size);   /* 0, or -errno (reported; the address range
+void *sheaf_os_map(size_t size);          /* zeroed RW pages, NULL + ENOMEM on failure */
+int sheaf_os_unmap(void *p, size_t size); /* 0, or -errno (reported; the address range
                                                stays mapped, its memory purged) */
-int sheaf_os_purge(void *p, size_t size);   /* madvise(MADV_DONTNEED): 0 or -errno */
+int sheaf_os_purge(void *p, size_t size); /* madvise(MADV_DONTNEED): 0 or -errno */
 uint64_t sheaf_os_now_ns(void);
-int sheaf_os_getcpu(void);                  /* current CPU (rseq cpu_id via glibc) */
+int sheaf_os_getcpu(void); /* current CPU (rseq cpu_id via glibc) */
 /* Write a formatted line to stderr without allocating. */
 void sheaf_os_print(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -101,14 +101,14 @@ void sheaf_options_print(FILE *f);
 
 /* ---- Process-wide facts (defined in os.c) ------------------------------------------ */
 struct sheaf_globals {
-	atomic_int init_state;      /* 0 none, 1 in progress, 2 done; written by sheaf_init
+	atomic_int init_state; /* 0 none, 1 in progress, 2 done; written by sheaf_init
 				       (cache/), read by every layer */
-	int ncpus;                  /* possible CPUs (node.c) */
-	int nnodes;                 /* nodes, real or fake (node.c) */
+	int ncpus;             /* possible CPUs (node.c) */
+	int nnodes;            /* nodes, real or fake (node.c) */
 	int node_has_mem[SHEAF_MAX_NODES];
 	int node_has_cpu[SHEAF_MAX_NODES];
 	int node_mem_nid[SHEAF_MAX_NODES]; /* nearest node with memory */
-	int *cpu_node;              /* [ncpus] */
+	int *cpu_node;                     /* [ncpus] */
 	bool fake_numa;
 };
 extern struct sheaf_globals sheaf_g;
@@ -119,6 +119,6 @@ static inline int sheaf_cpu_to_node(int cpu)
 {
 	return (cpu >= 0 && cpu < sheaf_g.ncpus) ? sheaf_g.cpu_node[cpu] : 0;
 }
-int sheaf_node_current(void);               /* node of the calling thread's CPU */
+int sheaf_node_current(void); /* node of the calling thread's CPU */
 
 #endif /* SHEAF_LAYER_BASE_H */

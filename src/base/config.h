@@ -30,17 +30,17 @@ static const int sheaf_config_debug = SHEAF_DEBUG;
 #define SHEAF_CACHELINE   64
 
 /* Geometry. */
-#define SHEAF_PAGE_SHIFT  12
-#define SHEAF_PAGE_SIZE   (1ul << SHEAF_PAGE_SHIFT)
-#define SHEAF_BLOCK_ORDER 9                       /* 2 MiB blocks of the page heap */
-#define SHEAF_BLOCK_SHIFT (SHEAF_PAGE_SHIFT + SHEAF_BLOCK_ORDER)
-#define SHEAF_BLOCK_SIZE  (1ul << SHEAF_BLOCK_SHIFT)
-#define SHEAF_BLOCK_PAGES (1u << SHEAF_BLOCK_ORDER)
-#define SHEAF_MAX_ORDER   8                       /* largest slab: 1 MiB */
-#define SHEAF_DEF_MAX_ORDER 3                     /* slub_max_order (K§1.6) */
-#define SHEAF_MAX_NODES   64
-#define SHEAF_MAX_OBJS    65534u                  /* 16-bit freelist index, 0xffff = end */
-#define SHEAF_FL_END      0xffffu
+#define SHEAF_PAGE_SHIFT    12
+#define SHEAF_PAGE_SIZE     (1ul << SHEAF_PAGE_SHIFT)
+#define SHEAF_BLOCK_ORDER   9 /* 2 MiB blocks of the page heap */
+#define SHEAF_BLOCK_SHIFT   (SHEAF_PAGE_SHIFT + SHEAF_BLOCK_ORDER)
+#define SHEAF_BLOCK_SIZE    (1ul << SHEAF_BLOCK_SHIFT)
+#define SHEAF_BLOCK_PAGES   (1u << SHEAF_BLOCK_ORDER)
+#define SHEAF_MAX_ORDER     8 /* largest slab: 1 MiB */
+#define SHEAF_DEF_MAX_ORDER 3 /* slub_max_order (K§1.6) */
+#define SHEAF_MAX_NODES     64
+#define SHEAF_MAX_OBJS      65534u /* 16-bit freelist index, 0xffff = end */
+#define SHEAF_FL_END        0xffffu
 
 /* K§1.2: min_partial = clamp(ilog2(size)/2, MIN_PARTIAL, MAX_PARTIAL). */
 #define SHEAF_MIN_PARTIAL 5
@@ -50,19 +50,25 @@ static const int sheaf_config_debug = SHEAF_DEBUG;
 #define SHEAF_MAX_EMPTY_SHEAVES 10
 /* D1 byte floor of the default capacity (cache/create.c): a sheaf holds at least this many
  * bytes of objects, but never more than SHEAF_SHEAF_FLOOR_MAX objects from the floor. */
-#define SHEAF_SHEAF_MIN_BYTES  (32u << 10)
-#define SHEAF_SHEAF_FLOOR_MAX  120u
+#define SHEAF_SHEAF_MIN_BYTES (32u << 10)
+#define SHEAF_SHEAF_FLOOR_MAX 120u
 /* K§2.7: flush batch. */
 #define SHEAF_PCS_BATCH 32
 
 /* Assertions: the handler formats on the stack and never allocates, since it runs when the
  * heap may be corrupt. */
-void sheaf_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn, cold));
-#define sheaf_assert(e) ((void)(sheaf_likely(e) ? 0 : (sheaf_assert_fail(#e, __FILE__, __LINE__), 0)))
-#define sheaf_assert_internal(e) \
-	((void)((sheaf_config_debug < 1 || sheaf_likely(e)) ? 0 : (sheaf_assert_fail(#e, __FILE__, __LINE__), 0)))
-#define sheaf_assert_expensive(e) \
-	((void)((sheaf_config_debug < 2 || sheaf_likely(e)) ? 0 : (sheaf_assert_fail(#e, __FILE__, __LINE__), 0)))
+void sheaf_assert_fail(const char *expr, const char *file, int line)
+	__attribute__((noreturn, cold));
+#define sheaf_assert(e) \
+	((void)(sheaf_likely(e) ? 0 : (sheaf_assert_fail(#e, __FILE__, __LINE__), 0)))
+#define sheaf_assert_internal(e)                              \
+	((void)((sheaf_config_debug < 1 || sheaf_likely(e)) ? \
+			0 :                                   \
+			(sheaf_assert_fail(#e, __FILE__, __LINE__), 0)))
+#define sheaf_assert_expensive(e)                             \
+	((void)((sheaf_config_debug < 2 || sheaf_likely(e)) ? \
+			0 :                                   \
+			(sheaf_assert_fail(#e, __FILE__, __LINE__), 0)))
 
 /* ThreadSanitizer builds: no restartable sequences (percpu/rseq.h) and no reaper by
  * default (base/options.c). */
@@ -77,12 +83,12 @@ void sheaf_assert_fail(const char *expr, const char *file, int line) __attribute
 #define SHEAF_TSAN 0
 #endif
 
-#define SHEAF_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define SHEAF_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define SHEAF_MIN(a, b)      ((a) < (b) ? (a) : (b))
+#define SHEAF_MAX(a, b)      ((a) > (b) ? (a) : (b))
 #define SHEAF_ALIGN_UP(x, a) (((x) + ((a)-1)) & ~((__typeof__(x))(a)-1))
 
 /* Relaxed atomics for fields read racily by statistics (TSan-visible, plain moves on x86). */
-#define sheaf_rd(x)     __atomic_load_n(&(x), __ATOMIC_RELAXED)
-#define sheaf_wr(x, v)  __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+#define sheaf_rd(x)    __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define sheaf_wr(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
 
 #endif /* SHEAF_CONFIG_H */

@@ -47,9 +47,15 @@ bool sheaf_error_warn(void)
 	return m == 1;
 }
 
-void sheaf_error_set_warn(int warn) { atomic_store_explicit(&error_mode, warn ? 1 : 0, memory_order_relaxed); }
+void sheaf_error_set_warn(int warn)
+{
+	atomic_store_explicit(&error_mode, warn ? 1 : 0, memory_order_relaxed);
+}
 
-unsigned long sheaf_error_count(void) { return atomic_load_explicit(&error_count, memory_order_relaxed); }
+unsigned long sheaf_error_count(void)
+{
+	return atomic_load_explicit(&error_count, memory_order_relaxed);
+}
 
 /* ---- Formatting ------------------------------------------------------------------- */
 
@@ -64,7 +70,8 @@ static void put(struct out *o, char ch)
 		o->b[o->n++] = ch;
 }
 
-static void put_num(struct out *o, unsigned long long v, unsigned base, bool neg, int width, char pad, bool left)
+static void put_num(struct out *o, unsigned long long v, unsigned base, bool neg, int width,
+		    char pad, bool left)
 {
 	char t[24];
 	int k = 0;
@@ -153,20 +160,20 @@ static void fmt_conv(struct out *o, char conv, const struct fmt_spec *sp, va_lis
 		break;
 	case 'd':
 	case 'i': {
-		long long v = sp->lng == 0 ? va_arg(*ap, int)
-			      : sp->lng == 1 ? va_arg(*ap, long)
-			      : sp->lng == 2 ? va_arg(*ap, long long)
-					     : (long long)va_arg(*ap, size_t);
-		put_num(o, v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v, 10, v < 0, sp->width,
-			sp->pad, sp->left);
+		long long v = sp->lng == 0 ? va_arg(*ap, int) :
+			      sp->lng == 1 ? va_arg(*ap, long) :
+			      sp->lng == 2 ? va_arg(*ap, long long) :
+					     (long long)va_arg(*ap, size_t);
+		put_num(o, v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v, 10, v < 0,
+			sp->width, sp->pad, sp->left);
 		break;
 	}
 	case 'u':
 	case 'x': {
-		unsigned long long v = sp->lng == 0 ? va_arg(*ap, unsigned)
-				       : sp->lng == 1 ? va_arg(*ap, unsigned long)
-				       : sp->lng == 2 ? va_arg(*ap, unsigned long long)
-						      : va_arg(*ap, size_t);
+		unsigned long long v = sp->lng == 0 ? va_arg(*ap, unsigned) :
+				       sp->lng == 1 ? va_arg(*ap, unsigned long) :
+				       sp->lng == 2 ? va_arg(*ap, unsigned long long) :
+						      va_arg(*ap, size_t);
 		if (conv == 'x' && sp->alt) {
 			put(o, '0');
 			put(o, 'x');
@@ -218,8 +225,8 @@ size_t sheaf_fmt(char *buf, size_t cap, const char *fmt, ...)
 
 /* ---- Reports -------------------------------------------------------------------------- */
 
-static size_t head_v(char *buf, size_t cap, enum sheaf_error_kind k, const char *cache, const void *addr,
-		     const char *fmt, va_list ap)
+static size_t head_v(char *buf, size_t cap, enum sheaf_error_kind k, const char *cache,
+		     const void *addr, const char *fmt, va_list ap)
 {
 	size_t n = sheaf_fmt(buf, cap, "sheaf: %s: cache '%s' address %p", sheaf_error_kind_name(k),
 			     cache ? cache : "?", addr);
@@ -231,8 +238,8 @@ static size_t head_v(char *buf, size_t cap, enum sheaf_error_kind k, const char 
 	return n;
 }
 
-size_t sheaf_error_head(char *buf, size_t cap, enum sheaf_error_kind k, const char *cache, const void *addr,
-			const char *fmt, ...)
+size_t sheaf_error_head(char *buf, size_t cap, enum sheaf_error_kind k, const char *cache,
+			const void *addr, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);

@@ -50,8 +50,9 @@ void sheaf_error(enum sheaf_error_kind k, const char *cache, const void *addr, c
 
 /* For reporters that add lines (debug caches): the first line into @buf (no newline,
  * no warn suffix); returns its length. */
-size_t sheaf_error_head(char *buf, size_t cap, enum sheaf_error_kind k, const char *cache, const void *addr,
-			const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+size_t sheaf_error_head(char *buf, size_t cap, enum sheaf_error_kind k, const char *cache,
+			const void *addr, const char *fmt, ...)
+	__attribute__((format(printf, 6, 7)));
 /* Write @n bytes of @buf to stderr, count the report, and abort unless warn. */
 void sheaf_error_emit(const char *buf, size_t n);
 

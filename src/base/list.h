@@ -11,17 +11,30 @@ struct sheaf_list {
 
 #define sheaf_container_of(p, type, member) ((type *)((char *)(p)-offsetof(type, member)))
 
-static inline void sheaf_list_init(struct sheaf_list *h) { h->next = h->prev = h; }
-static inline int sheaf_list_empty(const struct sheaf_list *h) { return h->next == h; }
-static inline void sheaf_list_insert(struct sheaf_list *n, struct sheaf_list *prev, struct sheaf_list *next)
+static inline void sheaf_list_init(struct sheaf_list *h)
+{
+	h->next = h->prev = h;
+}
+static inline int sheaf_list_empty(const struct sheaf_list *h)
+{
+	return h->next == h;
+}
+static inline void sheaf_list_insert(struct sheaf_list *n, struct sheaf_list *prev,
+				     struct sheaf_list *next)
 {
 	n->next = next;
 	n->prev = prev;
 	prev->next = n;
 	next->prev = n;
 }
-static inline void sheaf_list_add(struct sheaf_list *n, struct sheaf_list *h) { sheaf_list_insert(n, h, h->next); }
-static inline void sheaf_list_add_tail(struct sheaf_list *n, struct sheaf_list *h) { sheaf_list_insert(n, h->prev, h); }
+static inline void sheaf_list_add(struct sheaf_list *n, struct sheaf_list *h)
+{
+	sheaf_list_insert(n, h, h->next);
+}
+static inline void sheaf_list_add_tail(struct sheaf_list *n, struct sheaf_list *h)
+{
+	sheaf_list_insert(n, h->prev, h);
+}
 static inline void sheaf_list_del(struct sheaf_list *n)
 {
 	n->prev->next = n->next;
@@ -41,7 +54,8 @@ static inline void sheaf_list_splice_init(struct sheaf_list *from, struct sheaf_
 	sheaf_list_init(from);
 }
 #define sheaf_list_first(h, type, member) sheaf_container_of((h)->next, type, member)
-#define sheaf_list_for_each_safe(pos, tmp, h) \
-	for ((pos) = (h)->next, (tmp) = (pos)->next; (pos) != (h); (pos) = (tmp), (tmp) = (pos)->next)
+#define sheaf_list_for_each_safe(pos, tmp, h)                      \
+	for ((pos) = (h)->next, (tmp) = (pos)->next; (pos) != (h); \
+	     (pos) = (tmp), (tmp) = (pos)->next)
 
 #endif /* SHEAF_LIST_H */

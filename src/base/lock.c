@@ -35,13 +35,13 @@ bool sheaf_fork_walking(void)
  * called before the thread's TLS image was copied (as malloc.c's tls_creating). */
 static __thread unsigned tls_held[SHEAF_LOCK_NR];
 
-static __attribute__((noreturn, cold, noinline)) void witness_fail(const char *what,
-								   enum sheaf_lock_id id,
-								   enum sheaf_lock_id held)
+static __attribute__((noreturn, cold, noinline)) void
+witness_fail(const char *what, enum sheaf_lock_id id, enum sheaf_lock_id held)
 {
 	sheaf_os_print("sheaf: lock order violation: %s %s (rank %d) while holding %s (rank %d); "
 		       "the order is in docs/locking.md",
-		       what, sheaf_lock_name(id), (int)id + 1, sheaf_lock_name(held), (int)held + 1);
+		       what, sheaf_lock_name(id), (int)id + 1, sheaf_lock_name(held),
+		       (int)held + 1);
 	abort();
 }
 
@@ -144,8 +144,7 @@ static void fork_child(void)
 int sheaf_fork_handlers_install(void)
 {
 	static atomic_int state; /* 0 not yet, 1 being installed or done */
-	if (atomic_load_explicit(&state, memory_order_acquire) ||
-	    atomic_exchange(&state, 1))
+	if (atomic_load_explicit(&state, memory_order_acquire) || atomic_exchange(&state, 1))
 		return 0;
 	/* One registration for every lock of Sheaf: the order between ranks is the
 	 * table's, whatever order the layers started in. */

@@ -72,7 +72,8 @@ static void topology_fake(const char *fake, int ncpus)
 	char *end;
 	long n = strtol(fake, &end, 10);
 	if (n < 1 || n > SHEAF_MAX_NODES) {
-		sheaf_os_print("sheaf: SHEAF_FAKE_NUMA='%s': need 1..%d nodes; using 1", fake, SHEAF_MAX_NODES);
+		sheaf_os_print("sheaf: SHEAF_FAKE_NUMA='%s': need 1..%d nodes; using 1", fake,
+			       SHEAF_MAX_NODES);
 		n = 1;
 	}
 	sheaf_g.fake_numa = true;
@@ -160,7 +161,8 @@ int sheaf_node_topology_init(void)
 		ncpus = n > 0 ? (int)n : 1;
 	}
 	sheaf_g.ncpus = ncpus;
-	sheaf_g.cpu_node = sheaf_os_map(SHEAF_ALIGN_UP(sizeof(int) * (size_t)ncpus, SHEAF_PAGE_SIZE));
+	sheaf_g.cpu_node =
+		sheaf_os_map(SHEAF_ALIGN_UP(sizeof(int) * (size_t)ncpus, SHEAF_PAGE_SIZE));
 	if (!sheaf_g.cpu_node)
 		return -ENOMEM;
 	const char *fake = sheaf_option_str(SHEAF_OPT_FAKE_NUMA);

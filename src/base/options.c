@@ -14,27 +14,39 @@
 
 #include "base/base.h"
 
-enum opt_type { OPT_LONG, OPT_BOOL, OPT_STR };
-
-struct opt {
-	const char *name;    /* environment SHEAF_<NAME> (upper case) */
-	enum opt_type type;
-	const char *def;     /* default, as text */
-	const char *help;
-	const char *stability; /* "stable", "evolving" or "testing" (umem style) */
-	long min, max;        /* OPT_LONG: accepted range */
-	const char *choices;  /* OPT_STR with a fixed set: "a|b|c"; NULL: free text */
-	long lval;
-	char sval[256];
-	int set;             /* set by sheaf_option_set() */
+enum opt_type {
+	OPT_LONG,
+	OPT_BOOL,
+	OPT_STR
 };
 
-#define OPT(n, t, d, h, st) { .name = (n), .type = (t), .def = (d), .help = (h), .stability = (st) }
-#define OPTL(n, d, lo, hi, h, st)                                                                  \
-	{ .name = (n), .type = OPT_LONG, .def = (d), .help = (h), .stability = (st), .min = (lo),  \
-	  .max = (hi) }
-#define OPTC(n, d, ch, h, st)                                                                      \
-	{ .name = (n), .type = OPT_STR, .def = (d), .help = (h), .stability = (st), .choices = (ch) }
+struct opt {
+	const char *name; /* environment SHEAF_<NAME> (upper case) */
+	enum opt_type type;
+	const char *def; /* default, as text */
+	const char *help;
+	const char *stability; /* "stable", "evolving" or "testing" (umem style) */
+	long min, max;         /* OPT_LONG: accepted range */
+	const char *choices;   /* OPT_STR with a fixed set: "a|b|c"; NULL: free text */
+	long lval;
+	char sval[256];
+	int set; /* set by sheaf_option_set() */
+};
+
+#define OPT(n, t, d, h, st)                                                          \
+	{                                                                            \
+		.name = (n), .type = (t), .def = (d), .help = (h), .stability = (st) \
+	}
+#define OPTL(n, d, lo, hi, h, st)                                                          \
+	{                                                                                  \
+		.name = (n), .type = OPT_LONG, .def = (d), .help = (h), .stability = (st), \
+		.min = (lo), .max = (hi)                                                   \
+	}
+#define OPTC(n, d, ch, h, st)                                                             \
+	{                                                                                 \
+		.name = (n), .type = OPT_STR, .def = (d), .help = (h), .stability = (st), \
+		.choices = (ch)                                                           \
+	}
 
 /* The reaper (reaper.c) is on by default, except under ThreadSanitizer: TSan kills a
  * forked child that starts a thread when the parent had more than one. */
@@ -45,25 +57,73 @@ struct opt {
 #endif
 
 static struct opt opts[SHEAF_OPT_NR] = {
-	[SHEAF_OPT_STATS] = OPT("STATS", OPT_BOOL, "0", "print every cache's statistics at exit (1: text, json: JSON)", "stable"),
-	[SHEAF_OPT_ON_ERROR] = OPTC("ON_ERROR", "abort", "abort|warn", "abort | warn: what a detected misuse does (warn reports and leaks the object)", "stable"),
-	[SHEAF_OPT_SHEAF_CAPACITY] = OPTL("SHEAF_CAPACITY", "0", 0, SHEAF_MAX_SHEAF_CAPACITY, "sheaf capacity of every cache without an explicit one (0: D1 default)", "stable"),
-	[SHEAF_OPT_FAKE_NUMA] = OPT("FAKE_NUMA", OPT_STR, "", "fake topology: \"N\" nodes, CPU i on node i % N; \"N:memoryless=1,3\" makes nodes 1 and 3 memoryless", "stable"),
-	[SHEAF_OPT_PERCPU] = OPTC("PERCPU", "auto", "auto|rseq|thread", "auto | rseq | thread: per-CPU sheaves with rseq, or per-thread sheaves", "stable"),
-	[SHEAF_OPT_HEAP_GB] = OPTL("HEAP_GB", "64", 0, 65536, "cap of the slab heap, GiB: address space is taken in 2 MiB blocks as slabs need it, nothing is reserved ahead (docs/malloc.md, Limits); 0: no heap, the core cannot start", "stable"),
-	[SHEAF_OPT_PURGE_ORDER] = OPTL("PURGE_ORDER", "4", 0, SHEAF_BLOCK_ORDER, "free page runs of 4 KiB << n are given back to the OS at once", "evolving"),
-	[SHEAF_OPT_BARN_MAX_FULL] = OPTL("BARN_MAX_FULL", "0", 0, 65536, "soft limit of full sheaves per barn, the ceiling of the EWMA working set (D6); 0: as many as fit in SHEAF_BARN_BYTES, at least 10 (Linux 7.0's constant)", "stable"),
-	[SHEAF_OPT_BARN_MAX_EMPTY] = OPTL("BARN_MAX_EMPTY", "0", 0, 65536, "soft limit of empty sheaves per barn; 0: the same as the full limit", "stable"),
-	[SHEAF_OPT_BARN_BYTES] = OPTL("BARN_BYTES", "4194304", 0, (1L << 34), "object bytes a barn's full sheaves may hold when BARN_MAX_FULL is 0 (the limit is 10..256 sheaves)", "evolving"),
-	[SHEAF_OPT_BARN_EWMA] = OPT("BARN_EWMA", OPT_BOOL, "1", "trim barns to an EWMA of their working set, gradually (D6)", "evolving"),
-	[SHEAF_OPT_KERNEL_COMPAT] = OPT("KERNEL_COMPAT", OPT_BOOL, "0", "every cache behaves like Linux 7.0 (no D1-D7), for comparison", "testing"),
-	[SHEAF_OPT_SLAB_DEBUG] = OPT("SLAB_DEBUG", OPT_STR, "", "debug caches, kernel slab_debug= syntax: \"FZPU\" for all, \"FZPU,name1,name2\" for some", "stable"),
-	[SHEAF_OPT_RCU_BARRIER] = OPTC("RCU_BARRIER", "cache", "cache|global", "cache | global: what sheaf_cache_destroy waits for (global: for comparison only)", "testing"),
-	[SHEAF_OPT_VERBOSE] = OPT("VERBOSE", OPT_BOOL, "0", "print the effective options and topology at start", "stable"),
-	[SHEAF_OPT_DEBUG_OBJECTS] = OPT("DEBUG_OBJECTS", OPT_BOOL, "1", "the debug-objects tracker (sheaf_debug.h) is active when the program uses it; 0 turns every hook into a no-op", "stable"),
-	[SHEAF_OPT_REAP_MS] = OPTL("REAP_MS", SHEAF_REAP_MS_DEFAULT, 0, 3600000, "period of the background reaper, ms: caches idle for one period are shrunk (sheaves, barns and free pages back to the OS); 0: no reaper thread (the default in TSan builds, where a second thread stops forked children from starting threads)", "evolving"),
-	[SHEAF_OPT_FREE_CHECKS] = OPT("FREE_CHECKS", OPT_BOOL, "1", "every free checks that the pointer is the start of an object and not already free (mark in the free object, docs/debugging.md); 0: only the cheaper checks of the slow paths (for comparison)", "stable"),
-	[SHEAF_OPT_DEBUG_OBJECTS_POOL] = OPTC("DEBUG_OBJECTS_POOL", "batched", "batched|single", "batched | single: the tracker's record pool (single: one record at a time, for comparison only)", "testing"),
+	[SHEAF_OPT_STATS] = OPT("STATS", OPT_BOOL, "0",
+				"print every cache's statistics at exit (1: text, json: JSON)",
+				"stable"),
+	[SHEAF_OPT_ON_ERROR] = OPTC(
+		"ON_ERROR", "abort", "abort|warn",
+		"abort | warn: what a detected misuse does (warn reports and leaks the object)",
+		"stable"),
+	[SHEAF_OPT_SHEAF_CAPACITY] = OPTL(
+		"SHEAF_CAPACITY", "0", 0, SHEAF_MAX_SHEAF_CAPACITY,
+		"sheaf capacity of every cache without an explicit one (0: D1 default)", "stable"),
+	[SHEAF_OPT_FAKE_NUMA] = OPT(
+		"FAKE_NUMA", OPT_STR, "",
+		"fake topology: \"N\" nodes, CPU i on node i % N; \"N:memoryless=1,3\" makes nodes 1 and 3 memoryless",
+		"stable"),
+	[SHEAF_OPT_PERCPU] = OPTC(
+		"PERCPU", "auto", "auto|rseq|thread",
+		"auto | rseq | thread: per-CPU sheaves with rseq, or per-thread sheaves", "stable"),
+	[SHEAF_OPT_HEAP_GB] = OPTL(
+		"HEAP_GB", "64", 0, 65536,
+		"cap of the slab heap, GiB: address space is taken in 2 MiB blocks as slabs need it, nothing is reserved ahead (docs/malloc.md, Limits); 0: no heap, the core cannot start",
+		"stable"),
+	[SHEAF_OPT_PURGE_ORDER] =
+		OPTL("PURGE_ORDER", "4", 0, SHEAF_BLOCK_ORDER,
+		     "free page runs of 4 KiB << n are given back to the OS at once", "evolving"),
+	[SHEAF_OPT_BARN_MAX_FULL] = OPTL(
+		"BARN_MAX_FULL", "0", 0, 65536,
+		"soft limit of full sheaves per barn, the ceiling of the EWMA working set (D6); 0: as many as fit in SHEAF_BARN_BYTES, at least 10 (Linux 7.0's constant)",
+		"stable"),
+	[SHEAF_OPT_BARN_MAX_EMPTY] = OPTL(
+		"BARN_MAX_EMPTY", "0", 0, 65536,
+		"soft limit of empty sheaves per barn; 0: the same as the full limit", "stable"),
+	[SHEAF_OPT_BARN_BYTES] = OPTL(
+		"BARN_BYTES", "4194304", 0, (1L << 34),
+		"object bytes a barn's full sheaves may hold when BARN_MAX_FULL is 0 (the limit is 10..256 sheaves)",
+		"evolving"),
+	[SHEAF_OPT_BARN_EWMA] = OPT("BARN_EWMA", OPT_BOOL, "1",
+				    "trim barns to an EWMA of their working set, gradually (D6)",
+				    "evolving"),
+	[SHEAF_OPT_KERNEL_COMPAT] =
+		OPT("KERNEL_COMPAT", OPT_BOOL, "0",
+		    "every cache behaves like Linux 7.0 (no D1-D7), for comparison", "testing"),
+	[SHEAF_OPT_SLAB_DEBUG] = OPT(
+		"SLAB_DEBUG", OPT_STR, "",
+		"debug caches, kernel slab_debug= syntax: \"FZPU\" for all, \"FZPU,name1,name2\" for some",
+		"stable"),
+	[SHEAF_OPT_RCU_BARRIER] = OPTC(
+		"RCU_BARRIER", "cache", "cache|global",
+		"cache | global: what sheaf_cache_destroy waits for (global: for comparison only)",
+		"testing"),
+	[SHEAF_OPT_VERBOSE] = OPT("VERBOSE", OPT_BOOL, "0",
+				  "print the effective options and topology at start", "stable"),
+	[SHEAF_OPT_DEBUG_OBJECTS] = OPT(
+		"DEBUG_OBJECTS", OPT_BOOL, "1",
+		"the debug-objects tracker (sheaf_debug.h) is active when the program uses it; 0 turns every hook into a no-op",
+		"stable"),
+	[SHEAF_OPT_REAP_MS] = OPTL(
+		"REAP_MS", SHEAF_REAP_MS_DEFAULT, 0, 3600000,
+		"period of the background reaper, ms: caches idle for one period are shrunk (sheaves, barns and free pages back to the OS); 0: no reaper thread (the default in TSan builds, where a second thread stops forked children from starting threads)",
+		"evolving"),
+	[SHEAF_OPT_FREE_CHECKS] = OPT(
+		"FREE_CHECKS", OPT_BOOL, "1",
+		"every free checks that the pointer is the start of an object and not already free (mark in the free object, docs/debugging.md); 0: only the cheaper checks of the slow paths (for comparison)",
+		"stable"),
+	[SHEAF_OPT_DEBUG_OBJECTS_POOL] = OPTC(
+		"DEBUG_OBJECTS_POOL", "batched", "batched|single",
+		"batched | single: the tracker's record pool (single: one record at a time, for comparison only)",
+		"testing"),
 };
 
 /* Is @v one of the '|'-separated words of @choices? */
@@ -95,13 +155,13 @@ static int parse_into(struct opt *o, const char *v)
 		return 0;
 	}
 	if (o->type == OPT_BOOL) {
-		if (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on") ||
-		    !strcasecmp(v, "json")) {
+		if (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") ||
+		    !strcasecmp(v, "on") || !strcasecmp(v, "json")) {
 			o->lval = !strcasecmp(v, "json") ? 2 : 1;
 			return 0;
 		}
-		if (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcasecmp(v, "off") ||
-		    !*v) {
+		if (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no") ||
+		    !strcasecmp(v, "off") || !*v) {
 			o->lval = 0;
 			return 0;
 		}
@@ -129,13 +189,14 @@ static void bad_value(const char *src, const struct opt *o, const char *v)
 	if (o->type == OPT_LONG)
 		sheaf_fmt(what, sizeof(what), "an integer in %ld..%ld", o->min, o->max);
 	else if (o->type == OPT_BOOL)
-		sheaf_fmt(what, sizeof(what), "%s", o == &opts[SHEAF_OPT_STATS] ? "0, 1 or json" : "0 or 1");
+		sheaf_fmt(what, sizeof(what), "%s",
+			  o == &opts[SHEAF_OPT_STATS] ? "0, 1 or json" : "0 or 1");
 	else if (o->choices)
 		sheaf_fmt(what, sizeof(what), "one of %s", o->choices);
 	else
 		sheaf_fmt(what, sizeof(what), "at most %zu characters", sizeof(o->sval) - 1);
-	sheaf_os_print("sheaf: %s%sSHEAF_%s='%s' ignored: accepted %s (keeping %s)", src ? src : "", src ? ": " : "",
-		       o->name, v, what, o->type == OPT_STR ? o->sval : o->def);
+	sheaf_os_print("sheaf: %s%sSHEAF_%s='%s' ignored: accepted %s (keeping %s)", src ? src : "",
+		       src ? ": " : "", o->name, v, what, o->type == OPT_STR ? o->sval : o->def);
 }
 
 static struct opt *find(const char *name)
@@ -160,8 +221,10 @@ static void apply_combined(const char *s)
 		*eq = 0;
 		struct opt *o = find(p);
 		char *v = eq + 1;
-		char *comma = (o && (o == &opts[SHEAF_OPT_FAKE_NUMA] || o == &opts[SHEAF_OPT_SLAB_DEBUG])) ? NULL
-															: strchr(v, ',');
+		char *comma = (o && (o == &opts[SHEAF_OPT_FAKE_NUMA] ||
+				     o == &opts[SHEAF_OPT_SLAB_DEBUG])) ?
+				      NULL :
+				      strchr(v, ',');
 		if (comma)
 			*comma = 0;
 		if (!o)
@@ -214,8 +277,14 @@ int sheaf_options_on_error_warn(void)
 	return !strcmp(opts[SHEAF_OPT_ON_ERROR].sval, "warn");
 }
 
-long sheaf_option_long(enum sheaf_option_id id) { return opts[id].lval; }
-const char *sheaf_option_str(enum sheaf_option_id id) { return opts[id].sval; }
+long sheaf_option_long(enum sheaf_option_id id)
+{
+	return opts[id].lval;
+}
+const char *sheaf_option_str(enum sheaf_option_id id)
+{
+	return opts[id].sval;
+}
 
 SHEAF_API int sheaf_option_set(const char *name, const char *value)
 {
@@ -241,8 +310,10 @@ void sheaf_options_print(FILE *f)
 	for (int i = 0; i < SHEAF_OPT_NR; i++) {
 		const struct opt *o = &opts[i];
 		if (o->type == OPT_STR)
-			fprintf(f, "SHEAF_%-16s = %-10s  (%s) %s\n", o->name, o->sval, o->stability, o->help);
+			fprintf(f, "SHEAF_%-16s = %-10s  (%s) %s\n", o->name, o->sval, o->stability,
+				o->help);
 		else
-			fprintf(f, "SHEAF_%-16s = %-10ld  (%s) %s\n", o->name, o->lval, o->stability, o->help);
+			fprintf(f, "SHEAF_%-16s = %-10ld  (%s) %s\n", o->name, o->lval,
+				o->stability, o->help);
 	}
 }

@@ -99,8 +99,9 @@ static atomic_bool sys_fail_reported;
 static void sys_report(const char *call, const void *p, size_t len, int err)
 {
 	if (!atomic_exchange(&sys_fail_reported, true))
-		sheaf_os_print("sheaf: %s(%p, %zu) failed: %s; the memory stays mapped (reported once)",
-			       call, p, len, strerror(err));
+		sheaf_os_print(
+			"sheaf: %s(%p, %zu) failed: %s; the memory stays mapped (reported once)",
+			call, p, len, strerror(err));
 }
 
 int sheaf_sys_munmap(void *p, size_t len)
@@ -118,7 +119,8 @@ int sheaf_sys_munmap(void *p, size_t len)
 
 int sheaf_sys_madvise(void *p, size_t len, int advice)
 {
-	int r = sheaf_fault_fail(SHEAF_FAULT_MADVISE) ? (errno = ENOMEM, -1) : madvise(p, len, advice);
+	int r = sheaf_fault_fail(SHEAF_FAULT_MADVISE) ? (errno = ENOMEM, -1) :
+							madvise(p, len, advice);
 	if (r != 0) {
 		int e = errno;
 		atomic_fetch_add(&sheaf_os_fail_counts[SHEAF_FAULT_MADVISE], 1);
@@ -187,7 +189,8 @@ int sheaf_os_getcpu(void)
 static __attribute__((format(printf, 1, 0))) void os_vprint(const char *fmt, va_list ap)
 {
 	char buf[512];
-	int n = (int)sheaf_vfmt(buf, sizeof(buf) - 1, fmt, ap); /* base/error.h: no stdio, no malloc */
+	int n = (int)sheaf_vfmt(buf, sizeof(buf) - 1, fmt,
+				ap); /* base/error.h: no stdio, no malloc */
 	if (n == 0 || buf[n - 1] != '\n')
 		buf[n++] = '\n';
 	ssize_t off = 0;

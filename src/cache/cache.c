@@ -123,8 +123,8 @@ bool cache_free_ptr_ok(struct sheaf_cache *c, const void *obj, uintptr_t key, co
 	if (sheaf_unlikely(!key || ((struct sheaf_node *)key)->cache != c || c->debug_flags))
 		return sheaf_slab_check_obj(c, obj, op) != NULL;
 	if (sheaf_unlikely(c->free_checks && !sheaf_obj_is_start(c, obj))) {
-		sheaf_error(SHEAF_ERR_INTERIOR, c->name, obj, "%s of a pointer that is not the start of an object",
-			    op);
+		sheaf_error(SHEAF_ERR_INTERIOR, c->name, obj,
+			    "%s of a pointer that is not the start of an object", op);
 		return false;
 	}
 	return true;
@@ -166,7 +166,8 @@ void sheaf_cache_free_slowpath(struct sheaf_cache *c, void *obj, struct sheaf_pc
 		cache_free_to_slab(c, obj);
 		return;
 	}
-	if (key != pcs->key && (!c->policy.cache_remote_on_memoryless || sheaf_g.node_has_mem[pcs->node])) {
+	if (key != pcs->key &&
+	    (!c->policy.cache_remote_on_memoryless || sheaf_g.node_has_mem[pcs->node])) {
 		/* K§2.5: remote-node objects bypass the sheaves -- except on a memoryless node,
 		 * where every object is remote and is cached anyway (D3). */
 		sheaf_pcs_unlock(c, pcs);
@@ -199,7 +200,10 @@ static inline void free_thread(struct sheaf_cache *c, void *obj)
 }
 
 #if SHEAF_HAVE_RSEQ
-static sheaf_noinline void free_thread_noinline(struct sheaf_cache *c, void *obj) { free_thread(c, obj); }
+static sheaf_noinline void free_thread_noinline(struct sheaf_cache *c, void *obj)
+{
+	free_thread(c, obj);
+}
 #endif
 
 SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj)

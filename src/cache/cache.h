@@ -66,7 +66,7 @@
 #include "rcu/rcu.h"
 
 /* ---- init.c, create.c, cache.c ---------------------------------------------------- */
-int sheaf_init(void);  /* idempotent; 0 or -errno */
+int sheaf_init(void); /* idempotent; 0 or -errno */
 static inline int sheaf_ensure_init(void)
 {
 	if (sheaf_likely(atomic_load_explicit(&sheaf_g.init_state, memory_order_acquire) == 2))
@@ -75,13 +75,14 @@ static inline int sheaf_ensure_init(void)
 }
 /* Create a cache; @meta marks the internal metadata caches (no sheaves, not counted
  * as leaks, never debugged). */
-struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, const struct sheaf_cache_args *args,
-						bool meta);
+struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size,
+						const struct sheaf_cache_args *args, bool meta);
 uint32_t sheaf_cache_default_capacity(const struct sheaf_cache *c);
 /* sheaf_cache_alloc without its restartable attempt, for the malloc front end, whose
  * inline attempt just failed (cache.c). */
 void *sheaf_cache_alloc_thread(struct sheaf_cache *c);
-struct sheaf_cache *sheaf_cache_create_class(const char *name, size_t size, const struct sheaf_cache_args *args);
+struct sheaf_cache *sheaf_cache_create_class(const char *name, size_t size,
+					     const struct sheaf_cache_args *args);
 
 void sheaf_cache_free_slowpath(struct sheaf_cache *c, void *obj, struct sheaf_pcs *pcs);
 
@@ -94,7 +95,7 @@ size_t sheaf_meta_bytes(void);
 bool sheaf_cache_is_meta(const struct sheaf_cache *c);
 
 /* ---- reaper.c: the background thread that shrinks idle caches (SHEAF_REAP_MS) ------ */
-void sheaf_reaper_kick(void);  /* start it if not started; call holding no Sheaf lock */
+void sheaf_reaper_kick(void); /* start it if not started; call holding no Sheaf lock */
 /* A start was attempted in this process (or it is a fork child, which never gets one). */
 extern atomic_int sheaf_reaper_kicked;
 /* The malloc front end starts the reaper only once Sheaf's heap holds this much (a
@@ -107,8 +108,8 @@ static inline bool sheaf_reaper_wanted_by_malloc(void)
 }
 void sheaf_reaper_stop(void);
 void sheaf_reaper_unlink(struct sheaf_cache *c); /* destroy: unlink when not pinned */
-void sheaf_reaper_fork_child_caches(void); /* fork, in the child: nothing is being reaped */
-void sheaf_reaper_fork_register(void);     /* rank REAPER of base/lock.h */
+void sheaf_reaper_fork_child_caches(void);       /* fork, in the child: nothing is being reaped */
+void sheaf_reaper_fork_register(void);           /* rank REAPER of base/lock.h */
 /* This thread is inside sheaf_init() (a malloc it causes must not create a class). */
 bool sheaf_init_running_here(void);
 unsigned long sheaf_reaper_rounds(void);

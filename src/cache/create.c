@@ -12,7 +12,10 @@
 
 /* ---- Geometry ----------------------------------------------------------------------- */
 
-static unsigned fls_u(unsigned x) { return x ? 32u - (unsigned)__builtin_clz(x) : 0; }
+static unsigned fls_u(unsigned x)
+{
+	return x ? 32u - (unsigned)__builtin_clz(x) : 0;
+}
 
 /* K§1.6 calculate_order: the smallest order holding min_objects with little waste. */
 static unsigned calculate_order(size_t slot)
@@ -44,7 +47,8 @@ static unsigned calculate_order(size_t slot)
 /* Capacity for a sheaf that fills one internal metadata class (K§3 step 2). */
 static uint32_t round_capacity(uint32_t cap)
 {
-	static const uint32_t classes[] = { 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096 };
+	static const uint32_t classes[] = { 128,  192,  256,  384,  512, 768,
+					    1024, 1536, 2048, 3072, 4096 };
 	size_t bytes = SHEAF_SHEAF_HDR + (size_t)cap * sizeof(void *);
 	for (size_t i = 0; i < sizeof(classes) / sizeof(classes[0]); i++)
 		if (bytes <= classes[i])
@@ -99,18 +103,19 @@ bool cache_capacity_ok(const struct sheaf_cache *c, size_t n)
  * Only caches on Sheaf's default capacity adapt: a capacity given at creation, by
  * SHEAF_SHEAF_CAPACITY or by sheaf_cache_set_capacity stays as given, and so do
  * kernel-compatible caches (the kernel's is fixed, K§3). */
-#define SHEAF_ADAPT_STEPS 3u
+#define SHEAF_ADAPT_STEPS       3u
 #define SHEAF_ADAPT_SHEAF_BYTES (32u << 10)
 
 static void capacity_ladder_init(struct sheaf_cache *c, uint32_t cap, bool adaptive)
 {
 	c->capacity_ladder[0] = cap;
 	c->capacity_steps = 1;
-	for (unsigned i = 1; adaptive && cap && c->policy.adaptive_capacity && i < SHEAF_ADAPT_STEPS; i++) {
+	for (unsigned i = 1;
+	     adaptive && cap && c->policy.adaptive_capacity && i < SHEAF_ADAPT_STEPS; i++) {
 		uint32_t next = round_capacity(2 * c->capacity_ladder[i - 1]);
 		size_t meta = SHEAF_SHEAF_HDR + (size_t)next * sizeof(void *);
-		if (next <= c->capacity_ladder[i - 1] || next > SHEAF_MAX_SHEAF_CAPACITY || meta > 4096 ||
-		    (size_t)next * c->slot_size > SHEAF_ADAPT_SHEAF_BYTES)
+		if (next <= c->capacity_ladder[i - 1] || next > SHEAF_MAX_SHEAF_CAPACITY ||
+		    meta > 4096 || (size_t)next * c->slot_size > SHEAF_ADAPT_SHEAF_BYTES)
 			break;
 		c->capacity_ladder[c->capacity_steps++] = next;
 	}
@@ -155,10 +160,13 @@ static int compute_layout(struct sheaf_cache *c, size_t size, const struct sheaf
 	if (c->slot_size > (SHEAF_PAGE_SIZE << SHEAF_MAX_ORDER))
 		return -EINVAL;
 	c->order = calculate_order(c->slot_size);
-	c->objs_per_slab = (uint32_t)SHEAF_MIN((SHEAF_PAGE_SIZE << c->order) / c->slot_size, SHEAF_MAX_OBJS);
+	c->objs_per_slab =
+		(uint32_t)SHEAF_MIN((SHEAF_PAGE_SIZE << c->order) / c->slot_size, SHEAF_MAX_OBJS);
 	c->slot_recip = (uint32_t)(((1ull << 32) + c->slot_size - 1) / c->slot_size);
 	c->slab_mask = (SHEAF_PAGE_SIZE << c->order) - 1;
-	c->start_mask = (c->slot_size & (c->slot_size - 1)) == 0 && c->obj_offset == 0 ? c->slot_size - 1 : 0;
+	c->start_mask = (c->slot_size & (c->slot_size - 1)) == 0 && c->obj_offset == 0 ?
+				c->slot_size - 1 :
+				0;
 	/* The object-start test (freecheck.h) takes every multiple of the slot size in the
 	 * slab for an object: no whole slot may fit in the slab's tail. */
 	sheaf_assert(c->slot_size * (c->objs_per_slab + 1ull) > (SHEAF_PAGE_SIZE << c->order));
@@ -171,7 +179,8 @@ static int compute_layout(struct sheaf_cache *c, size_t size, const struct sheaf
 
 static size_t cache_struct_size(void)
 {
-	return sizeof(struct sheaf_cache) + (size_t)(sheaf_g.ncpus + 2) * sizeof(struct sheaf_sheaf *);
+	return sizeof(struct sheaf_cache) +
+	       (size_t)(sheaf_g.ncpus + 2) * sizeof(struct sheaf_sheaf *);
 }
 
 static int alloc_id_locked(uint32_t *id)
@@ -201,7 +210,8 @@ static int alloc_id_locked(uint32_t *id)
 /* A cache's nodes and, after them, their barns (barn/): one mapping. */
 static size_t nodes_struct_size(void)
 {
-	return SHEAF_ALIGN_UP((sizeof(struct sheaf_node) + sizeof(struct sheaf_barn)) * (size_t)sheaf_g.nnodes,
+	return SHEAF_ALIGN_UP((sizeof(struct sheaf_node) + sizeof(struct sheaf_barn)) *
+				      (size_t)sheaf_g.nnodes,
 			      SHEAF_PAGE_SIZE);
 }
 
@@ -291,12 +301,14 @@ static void cache_policy_init(struct sheaf_cache_policy *p, bool kernel_compat)
  * mark.  Under ASan and memcheck a freed object of a tracked cache is known to the
  * tool, which reports a double free by itself (slab/track.h); the mark would be an
  * access to poisoned memory there. */
-static bool cache_identity(struct sheaf_cache *c, const char *name, const struct sheaf_cache_args *args, bool meta)
+static bool cache_identity(struct sheaf_cache *c, const char *name,
+			   const struct sheaf_cache_args *args, bool meta)
 {
 	snprintf(c->name, sizeof(c->name), "%s", name ? name : "unnamed");
 	c->flags = args ? args->flags : 0;
 	c->ctor = args ? args->ctor : NULL;
-	c->kernel_compat = (c->flags & SHEAF_KERNEL_COMPAT) || sheaf_option_long(SHEAF_OPT_KERNEL_COMPAT);
+	c->kernel_compat = (c->flags & SHEAF_KERNEL_COMPAT) ||
+			   sheaf_option_long(SHEAF_OPT_KERNEL_COMPAT);
 	cache_policy_init(&c->policy, c->kernel_compat);
 	if (!meta)
 		c->debug_flags = (c->flags & SHEAF_DEBUG_ALL) | sheaf_debug_slab_flags_for(c->name);
@@ -304,13 +316,15 @@ static bool cache_identity(struct sheaf_cache *c, const char *name, const struct
 	 * metadata caches serve Sheaf itself. */
 	c->free_checks = !meta && !c->debug_flags && sheaf_option_long(SHEAF_OPT_FREE_CHECKS);
 	c->random = ((uint64_t)(uintptr_t)c * 0x9E3779B97F4A7C15ull) ^ sheaf_os_now_ns();
-	return c->free_checks && !(sheaf_track_cache(c) && (SHEAF_TRACK_VALGRIND || sheaf_track_asan_ok(c)));
+	return c->free_checks &&
+	       !(sheaf_track_cache(c) && (SHEAF_TRACK_VALGRIND || sheaf_track_asan_ok(c)));
 }
 
 /* Creation, step 3: the capacity of the cache's sheaves (0: no sheaves), from the
  * arguments, the SHEAF_SHEAF_CAPACITY option or the default; -EINVAL for an argument
  * out of bounds. */
-static int cache_capacity_choose(struct sheaf_cache *c, const struct sheaf_cache_args *args, bool meta, uint32_t *cap)
+static int cache_capacity_choose(struct sheaf_cache *c, const struct sheaf_cache_args *args,
+				 bool meta, uint32_t *cap)
 {
 	*cap = 0;
 	if (meta || c->debug_flags || (c->flags & SHEAF_NO_SHEAVES))
@@ -322,7 +336,8 @@ static int cache_capacity_choose(struct sheaf_cache *c, const struct sheaf_cache
 	if (sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY) > 0) {
 		/* The option applies to every cache: held to each one's byte bound. */
 		uint32_t o = (uint32_t)sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY);
-		*cap = SHEAF_MIN(o, (uint32_t)SHEAF_MAX((size_t)1, SHEAF_MAX_SHEAF_BYTES / c->slot_size));
+		*cap = SHEAF_MIN(o, (uint32_t)SHEAF_MAX((size_t)1,
+							SHEAF_MAX_SHEAF_BYTES / c->slot_size));
 		return 0;
 	}
 	*cap = sheaf_cache_default_capacity(c);
@@ -341,7 +356,9 @@ static bool cache_nodes_init(struct sheaf_cache *c, uint32_t cap)
 		n->barn = (struct sheaf_barn *)&nodes[sheaf_g.nnodes] + i;
 		n->cache = c;
 		n->malloc_cache = (c->flags & SHEAF_CACHE_MALLOC_CLASS) ? c : NULL;
-		n->malloc_p2_mask = n->malloc_cache && c->free_mark == SHEAF_MARK_WORD1_P2 ? c->start_mask : UINTPTR_MAX;
+		n->malloc_p2_mask = n->malloc_cache && c->free_mark == SHEAF_MARK_WORD1_P2 ?
+					    c->start_mask :
+					    UINTPTR_MAX;
 		n->nid = i;
 		n->mem_nid = sheaf_g.node_mem_nid[i];
 		n->has_memory = sheaf_g.node_has_mem[i];
@@ -385,8 +402,8 @@ static int cache_register(struct sheaf_cache *c, bool meta)
 	return r;
 }
 
-struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, const struct sheaf_cache_args *args,
-						bool meta)
+struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size,
+						const struct sheaf_cache_args *args, bool meta)
 {
 	int saved_errno = errno; /* a successful create leaves errno alone */
 	/* The metadata caches are created by sheaf_init() itself. */
@@ -414,14 +431,15 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 		errno = -r;
 		return NULL;
 	}
-	c->free_mark = !mark		    ? SHEAF_MARK_NONE
-		       : c->mark_offset != 8 ? SHEAF_MARK_AT
-		       : c->start_mask	    ? SHEAF_MARK_WORD1_P2
-					    : SHEAF_MARK_WORD1;
+	c->free_mark = !mark               ? SHEAF_MARK_NONE :
+		       c->mark_offset != 8 ? SHEAF_MARK_AT :
+		       c->start_mask       ? SHEAF_MARK_WORD1_P2 :
+					     SHEAF_MARK_WORD1;
 	c->capacity_default = cap;
 	atomic_store(&c->sheaf_capacity, cap);
-	capacity_ladder_init(c, cap, !(args && args->sheaf_capacity) &&
-					     sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY) <= 0);
+	capacity_ladder_init(c, cap,
+			     !(args && args->sheaf_capacity) &&
+				     sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY) <= 0);
 	if (!cache_nodes_init(c, cap)) {
 		sheaf_os_unmap(c, SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
 		return NULL;
@@ -437,12 +455,14 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size, c
 }
 
 /* The malloc front end's class caches carry an internal flag users may not pass. */
-struct sheaf_cache *sheaf_cache_create_class(const char *name, size_t size, const struct sheaf_cache_args *args)
+struct sheaf_cache *sheaf_cache_create_class(const char *name, size_t size,
+					     const struct sheaf_cache_args *args)
 {
 	return sheaf_cache_create_internal(name, size, args, false);
 }
 
-SHEAF_API struct sheaf_cache *sheaf_cache_create(const char *name, size_t size, const struct sheaf_cache_args *args)
+SHEAF_API struct sheaf_cache *sheaf_cache_create(const char *name, size_t size,
+						 const struct sheaf_cache_args *args)
 {
 	if (args && (args->flags & ~SHEAF_CACHE_FLAGS_ALL)) {
 		errno = EINVAL;
@@ -466,15 +486,13 @@ static void barns_flush(struct sheaf_cache *c)
 		sheaf_list_init(&full);
 		sheaf_list_init(&empty);
 		sheaf_barn_take_all(c->node[i]->barn, &full, &empty);
-		sheaf_list_for_each_safe(pos, tmp, &full)
-		{
+		sheaf_list_for_each_safe(pos, tmp, &full) {
 			struct sheaf_sheaf *s = sheaf_container_of(pos, struct sheaf_sheaf, link);
 			sheaf_list_del(&s->link);
 			sheaf_sheaf_flush(c, s, NULL);
 			sheaf_sheaf_free(c, s);
 		}
-		sheaf_list_for_each_safe(pos, tmp, &empty)
-		{
+		sheaf_list_for_each_safe(pos, tmp, &empty) {
 			struct sheaf_sheaf *s = sheaf_container_of(pos, struct sheaf_sheaf, link);
 			sheaf_list_del(&s->link);
 			sheaf_sheaf_free(c, s);
@@ -500,8 +518,9 @@ SHEAF_API void sheaf_cache_destroy(struct sheaf_cache *c)
 	if (leaked) {
 		/* Report, and keep the memory (and the cache, which its slabs point to)
 		 * rather than free anything still in use. */
-		sheaf_os_print("sheaf: cache '%s' destroyed with %llu object%s still allocated; their memory is kept",
-			       c->name, (unsigned long long)leaked, leaked == 1 ? "" : "s");
+		sheaf_os_print(
+			"sheaf: cache '%s' destroyed with %llu object%s still allocated; their memory is kept",
+			c->name, (unsigned long long)leaked, leaked == 1 ? "" : "s");
 		return;
 	}
 	sheaf_rcu_cache_fini(c);
@@ -533,8 +552,14 @@ SHEAF_API int sheaf_cache_set_capacity(struct sheaf_cache *c, unsigned int capac
 	return 0;
 }
 
-SHEAF_API const char *sheaf_cache_name(const struct sheaf_cache *c) { return c ? c->name : NULL; }
-SHEAF_API size_t sheaf_cache_object_size(const struct sheaf_cache *c) { return c ? c->object_size : 0; }
+SHEAF_API const char *sheaf_cache_name(const struct sheaf_cache *c)
+{
+	return c ? c->name : NULL;
+}
+SHEAF_API size_t sheaf_cache_object_size(const struct sheaf_cache *c)
+{
+	return c ? c->object_size : 0;
+}
 
 SHEAF_API struct sheaf_cache *sheaf_cache_of(const void *obj)
 {

@@ -35,6 +35,23 @@ bool sheaf_init_running_here(void)
 
 static void fork_register_cache_ranks(void);
 
+/* Step 2 of sheaf_init, after the fork handlers: the hooks through which lower layers
+ * call up, before any layer runs; options, the free key, the bulk limit, the registry
+ * lists and the topology. */
+static int init_lower_layers(void)
+{
+	sheaf_meta_register();
+	sheaf_rcu_init();
+	sheaf_options_init();
+	sheaf_free_key_init();
+	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+	if (pages > 0 && psize > 0)
+		sheaf_bulk_limit = (size_t)pages / 2 * (size_t)psize;
+	sheaf_list_init(&sheaf_reg.caches);
+	sheaf_list_init(&sheaf_reg.threads);
+	return sheaf_node_topology_init();
+}
+
 /* Everything is built before init_state says 2 (release): a thread that sees 2 finds the
  * metadata caches, the per-CPU mode and the fork handlers in place; a thread that comes
  * while another initialises waits for init_lock (issue 13: the state used to be
@@ -55,22 +72,12 @@ int sheaf_init(void)
 	 * half done for the next attempt. */
 	int r = sheaf_fork_handlers_install();
 	if (r) {
-		sheaf_os_print("sheaf: pthread_atfork failed (%s): Sheaf cannot start", strerror(r));
+		sheaf_os_print("sheaf: pthread_atfork failed (%s): Sheaf cannot start",
+			       strerror(r));
 		r = -r;
 	}
-	if (!r) {
-		/* The hooks through which lower layers call up, before any layer runs. */
-		sheaf_meta_register();
-		sheaf_rcu_init();
-		sheaf_options_init();
-		sheaf_free_key_init();
-		long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-		if (pages > 0 && psize > 0)
-			sheaf_bulk_limit = (size_t)pages / 2 * (size_t)psize;
-		sheaf_list_init(&sheaf_reg.caches);
-		sheaf_list_init(&sheaf_reg.threads);
-		r = sheaf_node_topology_init();
-	}
+	if (!r)
+		r = init_lower_layers();
 	if (!r)
 		r = sheaf_page_init();
 	if (!r)
@@ -95,8 +102,9 @@ int sheaf_init(void)
 	sheaf_mutex_unlock(&init_lock, SHEAF_LOCK_INIT);
 	if (sheaf_option_long(SHEAF_OPT_VERBOSE)) {
 		sheaf_options_print(stderr);
-		fprintf(stderr, "sheaf: mode %s, %d possible CPUs, %d nodes%s\n", sheaf_percpu_mode(), sheaf_g.ncpus,
-			sheaf_g.nnodes, sheaf_g.fake_numa ? " (fake)" : "");
+		fprintf(stderr, "sheaf: mode %s, %d possible CPUs, %d nodes%s\n",
+			sheaf_percpu_mode(), sheaf_g.ncpus, sheaf_g.nnodes,
+			sheaf_g.fake_numa ? " (fake)" : "");
 	}
 	return 0;
 }
@@ -141,7 +149,12 @@ static void fork_release_caches(bool child)
  * (a disabled one is still locked by the statistics), list locks of the ordinary or of
  * the metadata caches (the metadata caches' come later: they are allocated from under
  * the others), or prefilled-list locks. */
-enum walk_kind { WK_BARN, WK_LIST, WK_META_LIST, WK_PREFILLED };
+enum walk_kind {
+	WK_BARN,
+	WK_LIST,
+	WK_META_LIST,
+	WK_PREFILLED
+};
 
 static void walk_locks(enum walk_kind kind, enum sheaf_lock_id id, bool take)
 {
@@ -165,18 +178,42 @@ static void walk_locks(enum walk_kind kind, enum sheaf_lock_id id, bool take)
 	}
 }
 
-static void fork_take_barns(void) { walk_locks(WK_BARN, SHEAF_LOCK_BARN, true); }
-static void fork_release_barns(bool child) { (void)child; walk_locks(WK_BARN, SHEAF_LOCK_BARN, false); }
-static void fork_take_lists(void) { walk_locks(WK_LIST, SHEAF_LOCK_LIST, true); }
-static void fork_release_lists(bool child) { (void)child; walk_locks(WK_LIST, SHEAF_LOCK_LIST, false); }
-static void fork_take_prefilled(void) { walk_locks(WK_PREFILLED, SHEAF_LOCK_PREFILLED, true); }
+static void fork_take_barns(void)
+{
+	walk_locks(WK_BARN, SHEAF_LOCK_BARN, true);
+}
+static void fork_release_barns(bool child)
+{
+	(void)child;
+	walk_locks(WK_BARN, SHEAF_LOCK_BARN, false);
+}
+static void fork_take_lists(void)
+{
+	walk_locks(WK_LIST, SHEAF_LOCK_LIST, true);
+}
+static void fork_release_lists(bool child)
+{
+	(void)child;
+	walk_locks(WK_LIST, SHEAF_LOCK_LIST, false);
+}
+static void fork_take_prefilled(void)
+{
+	walk_locks(WK_PREFILLED, SHEAF_LOCK_PREFILLED, true);
+}
 static void fork_release_prefilled(bool child)
 {
 	(void)child;
 	walk_locks(WK_PREFILLED, SHEAF_LOCK_PREFILLED, false);
 }
-static void fork_take_meta(void) { walk_locks(WK_META_LIST, SHEAF_LOCK_META_LIST, true); }
-static void fork_release_meta(bool child) { (void)child; walk_locks(WK_META_LIST, SHEAF_LOCK_META_LIST, false); }
+static void fork_take_meta(void)
+{
+	walk_locks(WK_META_LIST, SHEAF_LOCK_META_LIST, true);
+}
+static void fork_release_meta(bool child)
+{
+	(void)child;
+	walk_locks(WK_META_LIST, SHEAF_LOCK_META_LIST, false);
+}
 
 static void fork_register_cache_ranks(void)
 {
@@ -184,7 +221,8 @@ static void fork_register_cache_ranks(void)
 	static const struct sheaf_fork_ops caches = { fork_take_caches, fork_release_caches };
 	static const struct sheaf_fork_ops barns = { fork_take_barns, fork_release_barns };
 	static const struct sheaf_fork_ops lists = { fork_take_lists, fork_release_lists };
-	static const struct sheaf_fork_ops prefilled = { fork_take_prefilled, fork_release_prefilled };
+	static const struct sheaf_fork_ops prefilled = { fork_take_prefilled,
+							 fork_release_prefilled };
 	static const struct sheaf_fork_ops meta = { fork_take_meta, fork_release_meta };
 	sheaf_fork_register(SHEAF_LOCK_INIT, &init);
 	sheaf_fork_register(SHEAF_LOCK_CACHES, &caches);

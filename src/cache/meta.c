@@ -11,7 +11,8 @@
 
 #include "cache/cache.h"
 
-static const uint32_t meta_sizes[] = { 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096 };
+static const uint32_t meta_sizes[] = { 64,  128,  192,  256,  384,  512,
+				       768, 1024, 1536, 2048, 3072, 4096 };
 #define META_NR (sizeof(meta_sizes) / sizeof(meta_sizes[0]))
 static struct sheaf_cache *meta_caches[META_NR];
 static atomic_size_t meta_big_bytes;

@@ -12,7 +12,10 @@
 
 /* ---- Prefilled sheaves (K§5) ------------------------------------------------------- */
 
-static inline struct sheaf_sheaf *to_sheaf(struct sheaf_prefilled *p) { return (struct sheaf_sheaf *)p; }
+static inline struct sheaf_sheaf *to_sheaf(struct sheaf_prefilled *p)
+{
+	return (struct sheaf_sheaf *)p;
+}
 
 /* A sheaf lent to the program as prefilled: on c->prefilled, where the double-free
  * search finds its objects (they are free until alloc_from hands them out). */
@@ -41,10 +44,12 @@ static bool prefilled_ok(struct sheaf_cache *c, struct sheaf_sheaf *s)
 		return false;
 	if (sheaf_unlikely(s->cache != c || !(s->flags & SHEAF_SH_PREFILLED))) {
 		if (s->cache != c)
-			sheaf_error(SHEAF_ERR_WRONG_SHEAF, c->name, s, "a prefilled sheaf of cache '%s'",
+			sheaf_error(SHEAF_ERR_WRONG_SHEAF, c->name, s,
+				    "a prefilled sheaf of cache '%s'",
 				    s->cache ? s->cache->name : "?");
 		else
-			sheaf_error(SHEAF_ERR_WRONG_SHEAF, c->name, s, "not a prefilled sheaf (returned already?)");
+			sheaf_error(SHEAF_ERR_WRONG_SHEAF, c->name, s,
+				    "not a prefilled sheaf (returned already?)");
 		return false;
 	}
 	return true;

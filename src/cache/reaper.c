@@ -49,8 +49,8 @@
 static pthread_mutex_t reaper_lock = PTHREAD_MUTEX_INITIALIZER; /* protects the fields below */
 static pthread_cond_t reaper_cond;
 static pthread_t reaper_thread;
-static bool reaper_running;      /* a thread exists (joinable) */
-static bool reaper_stop;         /* ask it to exit */
+static bool reaper_running;     /* a thread exists (joinable) */
+static bool reaper_stop;        /* ask it to exit */
 atomic_int sheaf_reaper_kicked; /* cache/cache.h */
 struct sheaf_cache_hooks sheaf_cache_hooks;
 static atomic_ulong reaper_rounds;
@@ -62,7 +62,8 @@ static uint64_t probe(struct sheaf_cache *c, long *slabs)
 {
 	uint64_t s = sheaf_pcs_reap_signature(c);
 	for (int i = 0; i < SHEAF_STAT_NR; i++)
-		s = sheaf_sig_mix(s, atomic_load_explicit(&c->stat_atomic[i], memory_order_relaxed));
+		s = sheaf_sig_mix(s,
+				  atomic_load_explicit(&c->stat_atomic[i], memory_order_relaxed));
 	*slabs = 0;
 	for (int i = 0; i < sheaf_g.nnodes; i++) {
 		struct sheaf_node *n = c->node[i];
@@ -214,8 +215,9 @@ void sheaf_reaper_fork_child_caches(void)
 {
 	struct sheaf_list *pos;
 	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next)
-		atomic_store_explicit(&sheaf_container_of(pos, struct sheaf_cache, cache_list)->reaping,
-				      0, memory_order_relaxed);
+		atomic_store_explicit(
+			&sheaf_container_of(pos, struct sheaf_cache, cache_list)->reaping, 0,
+			memory_order_relaxed);
 }
 
 /* Rank REAPER: reaper_lock, so that the child never inherits it held by a start or stop

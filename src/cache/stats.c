@@ -52,7 +52,8 @@ SHEAF_API int sheaf_stats_get(struct sheaf_cache *c, struct sheaf_stats *st)
 	memset(&s, 0, sizeof(s));
 	sheaf_pcs_for_each(c, sum_pcs, &s);
 	for (int i = 0; i < SHEAF_STAT_NR; i++)
-		tmp.events[i] = s.ev[i] + atomic_load_explicit(&c->stat_atomic[i], memory_order_relaxed);
+		tmp.events[i] =
+			s.ev[i] + atomic_load_explicit(&c->stat_atomic[i], memory_order_relaxed);
 	sheaf_pcs_stats_gauge(c, &tmp.objects_in_pcs, &tmp.percpu_slots);
 	tmp.object_size = c->object_size;
 	tmp.slot_size = c->slot_size;
@@ -61,10 +62,11 @@ SHEAF_API int sheaf_stats_get(struct sheaf_cache *c, struct sheaf_stats *st)
 	tmp.sheaf_capacity = atomic_load(&c->sheaf_capacity);
 	uint64_t barn_objs = 0;
 	for (int i = 0; i < sheaf_g.nnodes; i++) {
-		sheaf_slab_node_counts(c->node[i], &tmp.slabs, &tmp.partial_slabs, &tmp.objects_inuse);
+		sheaf_slab_node_counts(c->node[i], &tmp.slabs, &tmp.partial_slabs,
+				       &tmp.objects_inuse);
 		if (!sheaf_barn_is_alias(c, i)) /* a shared barn counts once */
-			sheaf_barn_counts(c->node[i]->barn, &tmp.barn_full, &tmp.barn_empty, &barn_objs,
-					  &tmp.barn_locks, &tmp.barn_objects);
+			sheaf_barn_counts(c->node[i]->barn, &tmp.barn_full, &tmp.barn_empty,
+					  &barn_objs, &tmp.barn_locks, &tmp.barn_objects);
 	}
 	tmp.objects_in_barns = barn_objs;
 	tmp.objects_total = tmp.slabs * c->objs_per_slab;
@@ -102,26 +104,30 @@ SHEAF_API void sheaf_stats_reset(struct sheaf_cache *c)
 
 /* ---- One emitter, two formats ----------------------------------------------------- */
 
-#define GAUGES(X)                                                                                          \
-	X(object_size) X(slot_size) X(objs_per_slab) X(slab_order) X(sheaf_capacity) X(slabs) X(partial_slabs) \
-	X(objects_total) X(objects_inuse) X(objects_cached) X(objects_in_pcs) X(objects_in_barns) X(barn_full) \
-	X(barn_empty) X(rcu_inflight_sheaves) X(rcu_inflight_objects) X(bytes_from_os) X(bytes_returned)     \
-	X(nodes) X(percpu_slots) X(barn_locks) X(barn_objects) X(pcs_lock_waits) \
-	X(capacity_default) X(capacity_grows) X(capacity_shrinks)
+#define GAUGES(X)                                                                               \
+	X(object_size)                                                                          \
+	X(slot_size) X(objs_per_slab) X(slab_order) X(sheaf_capacity) X(slabs) X(partial_slabs) \
+		X(objects_total) X(objects_inuse) X(objects_cached) X(objects_in_pcs)           \
+			X(objects_in_barns) X(barn_full) X(barn_empty) X(rcu_inflight_sheaves)  \
+				X(rcu_inflight_objects) X(bytes_from_os) X(bytes_returned)      \
+					X(nodes) X(percpu_slots) X(barn_locks) X(barn_objects)  \
+						X(pcs_lock_waits) X(capacity_default)           \
+							X(capacity_grows) X(capacity_shrinks)
 
 static void emit(struct sheaf_cache *c, FILE *f, bool json)
 {
 	struct sheaf_stats st = { .size = sizeof(st) };
 	sheaf_stats_get(c, &st);
 	if (json) {
-		fprintf(f, "{\"name\":\"%s\",\"version\":%u,\"mode\":\"%s\",\"events\":{", st.name, st.version,
-			sheaf_percpu_mode());
+		fprintf(f, "{\"name\":\"%s\",\"version\":%u,\"mode\":\"%s\",\"events\":{", st.name,
+			st.version, sheaf_percpu_mode());
 		for (int i = 0; i < SHEAF_STAT_NR; i++)
-			fprintf(f, "%s\"%s\":%llu", i ? "," : "", stat_names[i], (unsigned long long)st.events[i]);
+			fprintf(f, "%s\"%s\":%llu", i ? "," : "", stat_names[i],
+				(unsigned long long)st.events[i]);
 		fprintf(f, "},\"gauges\":{");
 		int first = 1;
-#define X(g)                                                                                    \
-	fprintf(f, "%s\"%s\":%llu", first ? "" : ",", #g, (unsigned long long)st.g);            \
+#define X(g)                                                                         \
+	fprintf(f, "%s\"%s\":%llu", first ? "" : ",", #g, (unsigned long long)st.g); \
 	first = 0;
 		GAUGES(X)
 #undef X

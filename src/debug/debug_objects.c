@@ -104,7 +104,6 @@ SHEAF_API const char *sheaf_debug_state_name(enum sheaf_debug_state s)
 	return (unsigned int)s < SHEAF_DEBUG_STATE_NR ? state_names[s] : "invalid";
 }
 
-
 /* ---- Initialisation ------------------------------------------------------- */
 
 static pthread_mutex_t report_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -172,8 +171,7 @@ void dobj_tracker_init(void)
 		dobj_enabled = false;
 	if (!strcmp(sheaf_option_str(SHEAF_OPT_DEBUG_OBJECTS_POOL), "single") && !dobj_pool_started)
 		dobj_pool_mode = SHEAF_DEBUG_POOL_SINGLE;
-	if (pthread_key_create(&dobj_exit_key, dobj_thread_exit) != 0 ||
-	    fork_register() != 0)
+	if (pthread_key_create(&dobj_exit_key, dobj_thread_exit) != 0 || fork_register() != 0)
 		dobj_enabled = false;
 	if (!dobj_enabled)
 		return;
@@ -238,13 +236,14 @@ void dobj_unlink_locked(struct bucket *b, struct dobj *o)
 void dobj_start_tracking(void)
 {
 	__atomic_store_n(&dobj_tracking, true, __ATOMIC_RELEASE);
-	sheaf_free_check_hook_set(sheaf_debug_objects_check_free); /* also closes the per-CPU fast free */
+	sheaf_free_check_hook_set(
+		sheaf_debug_objects_check_free); /* also closes the per-CPU fast free */
 }
 
 /* Look up @addr's record, or start tracking it in state INIT.  Returns with
  * the bucket locked; NULL only when the backing cache has no memory. */
 struct dobj *dobj_lookup_or_alloc(struct bucket *b, void *addr,
-				    const struct sheaf_debug_obj_descr *d, const void *site)
+				  const struct sheaf_debug_obj_descr *d, const void *site)
 {
 	struct dobj *spare = NULL;
 	dobj_fill_pool();
@@ -306,9 +305,9 @@ static size_t fmt_site(char *buf, size_t n, const void *pc)
 		return sheaf_fmt(buf, n, "%p", pc);
 	if (info.dli_sname)
 		return sheaf_fmt(buf, n, "%p (%s+0x%zx)", pc, info.dli_sname,
-					(size_t)((const char *)pc - (const char *)info.dli_saddr));
+				 (size_t)((const char *)pc - (const char *)info.dli_saddr));
 	return sheaf_fmt(buf, n, "%p (%s+0x%zx)", pc, info.dli_fname ? info.dli_fname : "?",
-				(size_t)((const char *)pc - (const char *)info.dli_fbase));
+			 (size_t)((const char *)pc - (const char *)info.dli_fbase));
 }
 
 static bool report_allowed(void)
@@ -340,8 +339,8 @@ static bool report_allowed(void)
 static const struct sheaf_debug_obj_descr selftest_descr;
 static unsigned long st_warned, st_fixed; /* the self-test's own counts */
 
-void dobj_report_bt(const char *op, const struct snapshot *s, const void *caller,
-		      void *const *bt, int nbt)
+void dobj_report_bt(const char *op, const struct snapshot *s, const void *caller, void *const *bt,
+		    int nbt)
 {
 	if (s->descr == &selftest_descr) {
 		/* counted apart for the self-test's checks, never printed */
@@ -356,21 +355,20 @@ void dobj_report_bt(const char *op, const struct snapshot *s, const void *caller
 	fmt_site(from, sizeof(from), caller);
 	size_t n = sheaf_fmt(buf, sizeof(buf),
 			     "sheaf: debug-objects: %s %s object %p type %s hint %p, "
-				    "called from %s",
-				    op, sheaf_debug_state_name(s->state), s->addr, name, hint, from);
+			     "called from %s",
+			     op, sheaf_debug_state_name(s->state), s->addr, name, hint, from);
 	if (s->site && n < sizeof(buf)) {
 		fmt_site(site, sizeof(site), s->site);
 		n += sheaf_fmt(buf + n, sizeof(buf) - n, "; last changed from %s", site);
 	}
 	unsigned long supp = GET(suppressed);
 	if (supp && n < sizeof(buf))
-		n += sheaf_fmt(buf + n, sizeof(buf) - n, " (%lu reports suppressed so far)",
-				      supp);
+		n += sheaf_fmt(buf + n, sizeof(buf) - n, " (%lu reports suppressed so far)", supp);
 	/* A free found by the core's hook: the program's frame is a few up. */
 	for (int i = 0; i < nbt && n < sizeof(buf); i++) {
 		fmt_site(site, sizeof(site), bt[i]);
 		n += sheaf_fmt(buf + n, sizeof(buf) - n, "\nsheaf: debug-objects:   #%d %s", i,
-				      site);
+			       site);
 	}
 	if (n >= sizeof(buf) - 1)
 		n = sizeof(buf) - 2;
@@ -386,7 +384,7 @@ void dobj_report(const char *op, const struct snapshot *s, const void *caller)
 }
 
 bool dobj_fixup(bool (*fn)(void *, enum sheaf_debug_state), void *addr,
-		  enum sheaf_debug_state state)
+		enum sheaf_debug_state state)
 {
 	if (fn && fn(addr, state)) {
 		ADD(fixups, 1);
@@ -440,18 +438,20 @@ static const struct sheaf_debug_obj_descr selftest_descr = {
 
 static long st_obj[4];
 
-static bool st_check(int step, enum sheaf_debug_state want, unsigned long wwant, unsigned long fwant)
+static bool st_check(int step, enum sheaf_debug_state want, unsigned long wwant,
+		     unsigned long fwant)
 {
 	enum sheaf_debug_state got = sheaf_debug_object_state(st_obj);
 	unsigned long w = __atomic_load_n(&st_warned, __ATOMIC_RELAXED), f = st_fixed;
 	if (got == want && w == wwant && f == fwant)
 		return true;
 	char buf[200];
-	size_t n = sheaf_fmt(buf, sizeof(buf),
-			     "sheaf: debug-objects: self-test failed at step %d: state %s (want %s), "
-			     "warnings %lu (want %lu), fixups %lu (want %lu)\n",
-			     step, sheaf_debug_state_name(got), sheaf_debug_state_name(want), w, wwant, f,
-			     fwant);
+	size_t n =
+		sheaf_fmt(buf, sizeof(buf),
+			  "sheaf: debug-objects: self-test failed at step %d: state %s (want %s), "
+			  "warnings %lu (want %lu), fixups %lu (want %lu)\n",
+			  step, sheaf_debug_state_name(got), sheaf_debug_state_name(want), w, wwant,
+			  f, fwant);
 	sheaf_report_write(buf, n);
 	return false;
 }

@@ -319,7 +319,8 @@ void dobj_check_free(const void *addr, size_t size, const void *caller)
 			check_bucket(&dobj_buckets[i], lo, hi, caller);
 	} else {
 		for (uintptr_t c = c0; c <= c1; c++)
-			check_bucket(dobj_bucket_of((const void *)(c << CHUNK_SHIFT)), lo, hi, caller);
+			check_bucket(dobj_bucket_of((const void *)(c << CHUNK_SHIFT)), lo, hi,
+				     caller);
 	}
 	dobj_housekeeping();
 }

@@ -229,8 +229,8 @@ void dobj_note_in_use(void)
 		__atomic_store_n(&dobj_pool_started, true, __ATOMIC_RELAXED);
 	unsigned long n = ADD(in_use, 1) + 1;
 	unsigned long m = GET(max_in_use);
-	while (n > m && !__atomic_compare_exchange_n(&dobj_st.max_in_use, &m, n, true, __ATOMIC_RELAXED,
-						      __ATOMIC_RELAXED))
+	while (n > m && !__atomic_compare_exchange_n(&dobj_st.max_in_use, &m, n, true,
+						     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 		;
 }
 
@@ -344,7 +344,7 @@ static void free_work(unsigned long long now)
 			stack_push_batch(&dobj_pool.global, stack_pop_batch(&dobj_pool.to_free));
 			moved = demand = true;
 		} else if (!demand && dobj_pool.global.cnt + dobj_pool.to_free.cnt >=
-						keep + dobj_pool.to_free.head->batch_cnt) {
+					      keep + dobj_pool.to_free.head->batch_cnt) {
 			b = stack_pop_batch(&dobj_pool.to_free);
 		}
 		sheaf_mutex_unlock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
@@ -429,14 +429,17 @@ SHEAF_API void sheaf_debug_objects_shrink(void)
 		struct dobj *b = NULL;
 		sheaf_mutex_lock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 		if (dobj_pool.to_free.head) {
-			b = dobj_pool_mode == SHEAF_DEBUG_POOL_SINGLE ? NULL : stack_pop_batch(&dobj_pool.to_free);
+			b = dobj_pool_mode == SHEAF_DEBUG_POOL_SINGLE ?
+				    NULL :
+				    stack_pop_batch(&dobj_pool.to_free);
 		} else if (dobj_pool.global.cnt > POOL_MIN) {
 			if (dobj_pool_mode == SHEAF_DEBUG_POOL_SINGLE) {
 				b = dobj_pool.global.head;
 				dobj_pool.global.head = b->next;
 				cnt_set(&dobj_pool.global.cnt, dobj_pool.global.cnt - 1);
 				b->next = NULL;
-			} else if (dobj_pool.global.cnt - dobj_pool.global.head->batch_cnt >= POOL_MIN) {
+			} else if (dobj_pool.global.cnt - dobj_pool.global.head->batch_cnt >=
+				   POOL_MIN) {
 				b = stack_pop_batch(&dobj_pool.global);
 			}
 		}
@@ -466,7 +469,8 @@ SHEAF_API int sheaf_debug_objects_stats_get(struct sheaf_debug_objects_stats *ou
 	sheaf_mutex_lock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 	s.pool_global = dobj_pool.global.cnt;
 	s.pool_to_free = dobj_pool.to_free.cnt;
-	s.pool_min_free = dobj_pool.min_global == ~0ul ? dobj_pool.global.cnt : dobj_pool.min_global;
+	s.pool_min_free = dobj_pool.min_global == ~0ul ? dobj_pool.global.cnt :
+							 dobj_pool.min_global;
 	sheaf_mutex_unlock(&dobj_pool.lock, SHEAF_LOCK_DOBJ_POOL);
 	s.objs_in_use = GET(in_use);
 	s.objs_max_in_use = GET(max_in_use);
@@ -491,7 +495,8 @@ SHEAF_API void sheaf_debug_objects_stats_print(FILE *f)
 	struct sheaf_debug_objects_stats s = { .size = sizeof(s) };
 	sheaf_debug_objects_stats_get(&s);
 #define P(name, v) fprintf(f, "%-20s: %" PRIu64 "\n", name, (uint64_t)(v))
-	fprintf(f, "%-20s: %s\n", "pool_mode", s.pool_mode == SHEAF_DEBUG_POOL_SINGLE ? "single" : "batched");
+	fprintf(f, "%-20s: %s\n", "pool_mode",
+		s.pool_mode == SHEAF_DEBUG_POOL_SINGLE ? "single" : "batched");
 	P("enabled", s.enabled);
 	P("objs_in_use", s.objs_in_use);
 	P("objs_max_in_use", s.objs_max_in_use);

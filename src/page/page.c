@@ -83,7 +83,10 @@ static int map_exact(void *addr, size_t len)
 	return 0;
 }
 
-static inline size_t pm_bytes(size_t heap_bytes) { return heap_bytes >> (SHEAF_PAGE_SHIFT - 3); }
+static inline size_t pm_bytes(size_t heap_bytes)
+{
+	return heap_bytes >> (SHEAF_PAGE_SHIFT - 3);
+}
 static inline size_t desc_bytes(size_t heap_bytes)
 {
 	return (heap_bytes >> SHEAF_PAGE_SHIFT) * sizeof(struct sheaf_slab);
@@ -220,7 +223,10 @@ static inline size_t page_index(const void *p)
 {
 	return (size_t)((const char *)p - sheaf_heap.base) >> SHEAF_PAGE_SHIFT;
 }
-static inline char *page_addr(size_t pg) { return sheaf_heap.base + (pg << SHEAF_PAGE_SHIFT); }
+static inline char *page_addr(size_t pg)
+{
+	return sheaf_heap.base + (pg << SHEAF_PAGE_SHIFT);
+}
 
 /* Room for one more entry on the free-block stack.  Locked. */
 static bool free_blocks_reserve_locked(void)
@@ -345,7 +351,8 @@ static void purge_locked(size_t keep)
 	struct sheaf_heap *h = &sheaf_heap;
 	for (int n = 0; n < SHEAF_MAX_NODES && h->dirty_bytes > keep; n++) {
 		while (!sheaf_list_empty(&h->dirty_blocks[n]) && h->dirty_bytes > keep) {
-			struct sheaf_slab *d = sheaf_list_first(&h->dirty_blocks[n], struct sheaf_slab, sl_list);
+			struct sheaf_slab *d =
+				sheaf_list_first(&h->dirty_blocks[n], struct sheaf_slab, sl_list);
 			size_t pg = (size_t)(d - h->desc);
 			sheaf_list_del(&d->sl_list);
 			sheaf_wr(d->pg_kind, SHEAF_PG_UNUSED);
@@ -358,17 +365,20 @@ static void purge_locked(size_t keep)
 			dirty_sub_locked(SHEAF_BLOCK_SIZE);
 		}
 	}
-	for (int o = SHEAF_BLOCK_ORDER - 1; o >= (int)h->purge_order && h->dirty_bytes > keep; o--) {
+	for (int o = SHEAF_BLOCK_ORDER - 1; o >= (int)h->purge_order && h->dirty_bytes > keep;
+	     o--) {
 		for (int n = 0; n < SHEAF_MAX_NODES && h->dirty_bytes > keep; n++) {
 			struct sheaf_list *pos;
-			for (pos = h->free_area[n][o].next; pos != &h->free_area[n][o] && h->dirty_bytes > keep;
-			     pos = pos->next) {
-				struct sheaf_slab *d = sheaf_container_of(pos, struct sheaf_slab, sl_list);
+			for (pos = h->free_area[n][o].next;
+			     pos != &h->free_area[n][o] && h->dirty_bytes > keep; pos = pos->next) {
+				struct sheaf_slab *d =
+					sheaf_container_of(pos, struct sheaf_slab, sl_list);
 				if (!d->pg_dirty)
 					continue;
 				/* On failure (reported) the run stays resident and is not
 				 * counted as returned; it is not retried. */
-				if (sheaf_os_purge(page_addr((size_t)(d - h->desc)), SHEAF_PAGE_SIZE << o) == 0)
+				if (sheaf_os_purge(page_addr((size_t)(d - h->desc)),
+						   SHEAF_PAGE_SIZE << o) == 0)
 					h->returned_bytes += SHEAF_PAGE_SIZE << o;
 				dirty_sub_locked(SHEAF_PAGE_SIZE << o);
 				d->pg_dirty = 0;
@@ -514,11 +524,14 @@ void sheaf_page_purge_all(void)
 	for (int n = 0; n < SHEAF_MAX_NODES; n++) {
 		for (unsigned o = 0; o < SHEAF_BLOCK_ORDER; o++) {
 			struct sheaf_list *pos;
-			for (pos = h->free_area[n][o].next; pos != &h->free_area[n][o]; pos = pos->next) {
-				struct sheaf_slab *d = sheaf_container_of(pos, struct sheaf_slab, sl_list);
+			for (pos = h->free_area[n][o].next; pos != &h->free_area[n][o];
+			     pos = pos->next) {
+				struct sheaf_slab *d =
+					sheaf_container_of(pos, struct sheaf_slab, sl_list);
 				if (!d->pg_dirty)
 					continue;
-				if (sheaf_os_purge(page_addr((size_t)(d - h->desc)), SHEAF_PAGE_SIZE << o) == 0)
+				if (sheaf_os_purge(page_addr((size_t)(d - h->desc)),
+						   SHEAF_PAGE_SIZE << o) == 0)
 					h->returned_bytes += SHEAF_PAGE_SIZE << o;
 				d->pg_dirty = 0;
 			}

@@ -27,22 +27,22 @@ enum sheaf_page_kind {
 
 /* The sl_* fields belong to the slab layer (slab/), the pg_* fields to this one. */
 struct sheaf_slab {
-	_Atomic uint64_t sl_fc;       /* freelist head, inuse, objects, frozen (slab/slab.h) */
-	struct sheaf_node *sl_node;   /* owner; constant while the slab lives */
-	char *sl_base;                /* first slot */
+	_Atomic uint64_t sl_fc;     /* freelist head, inuse, objects, frozen (slab/slab.h) */
+	struct sheaf_node *sl_node; /* owner; constant while the slab lives */
+	char *sl_base;              /* first slot */
 	union {
-		struct sheaf_list sl_list;  /* SLAB: node partial list, protected by list_lock.
+		struct sheaf_list sl_list; /* SLAB: node partial list, protected by list_lock.
 					       FREE: buddy free list, protected by sheaf_heap.lock */
-		void *sl_rcu[2];            /* a discarded TYPESAFE_BY_RCU slab waiting for its
+		void *sl_rcu[2];           /* a discarded TYPESAFE_BY_RCU slab waiting for its
 					       grace period: the rcu_head (rcu/rcu_free.c) */
 	};
-	uint32_t pg_head_delta;       /* TAIL: pages back to the slab's first page */
-	uint8_t pg_kind;              /* enum sheaf_page_kind; written under sheaf_heap.lock
+	uint32_t pg_head_delta; /* TAIL: pages back to the slab's first page */
+	uint8_t pg_kind;        /* enum sheaf_page_kind; written under sheaf_heap.lock
 					 (FREE) or before the slab is published (SLAB/TAIL) */
-	uint8_t pg_order;             /* FREE/SLAB: block order */
-	uint8_t pg_dirty;             /* FREE: pages may be resident (not yet purged) */
-	uint8_t pg_node;              /* FREE/SLAB: memory node of the block */
-	uint8_t sl_on_partial;        /* protected by sl_node->list_lock */
+	uint8_t pg_order;       /* FREE/SLAB: block order */
+	uint8_t pg_dirty;       /* FREE: pages may be resident (not yet purged) */
+	uint8_t pg_node;        /* FREE/SLAB: memory node of the block */
+	uint8_t sl_on_partial;  /* protected by sl_node->list_lock */
 	uint8_t sl_pad[3];
 	uint64_t sl_pad2;
 } sheaf_aligned(SHEAF_CACHELINE);
@@ -54,26 +54,26 @@ struct sheaf_slab {
  * page) are mapped for the part covered so far, [base, base + size), which grows in
  * steps.  So the heap takes from RLIMIT_AS what it uses (page.c has the reasons). */
 struct sheaf_heap {
-	char *base;                 /* the heap window, 2 MiB aligned; fixed after init */
-	size_t size;                /* bytes of the window covered by pagemap and desc; grows
+	char *base;              /* the heap window, 2 MiB aligned; fixed after init */
+	size_t size;             /* bytes of the window covered by pagemap and desc; grows
 				       under lock, read racily (sheaf_rd) by the lookups */
-	size_t cap;                 /* window bytes (SHEAF_HEAP_GB): size never passes it */
-	uintptr_t *pagemap;         /* key per page: owning sheaf_node, 0 if not a slab page */
-	struct sheaf_slab *desc;    /* descriptor per page */
-	pthread_mutex_t lock;       /* protects everything below */
+	size_t cap;              /* window bytes (SHEAF_HEAP_GB): size never passes it */
+	uintptr_t *pagemap;      /* key per page: owning sheaf_node, 0 if not a slab page */
+	struct sheaf_slab *desc; /* descriptor per page */
+	pthread_mutex_t lock;    /* protects everything below */
 	struct sheaf_list free_area[SHEAF_MAX_NODES][SHEAF_BLOCK_ORDER];
-	size_t next_block;          /* bump index of never-used blocks (read racily) */
-	uint32_t *free_blocks;      /* unmapped whole blocks, reusable by any node; entries
+	size_t next_block;     /* bump index of never-used blocks (read racily) */
+	uint32_t *free_blocks; /* unmapped whole blocks, reusable by any node; entries
 				       with SHEAF_BLOCK_STILL_MAPPED set failed to unmap */
 	size_t nr_free_blocks, cap_free_blocks;
 	struct sheaf_list dirty_blocks[SHEAF_MAX_NODES]; /* free whole blocks not yet purged */
-	size_t dirty_bytes;         /* free but still resident (approximate) */
-	uint64_t dirty_since_ns;    /* when dirty_bytes last left 0 */
-	size_t mapped_bytes;        /* pages handed to slabs (read racily) */
-	size_t returned_bytes;      /* purged over the process life (read racily) */
-	size_t blocks_mapped;       /* blocks of address space held now (read racily) */
-	size_t holes;               /* blocks given up: something else was mapped there */
-	bool gate_closed;           /* sheaf_page_fast_gate(true): fast frees go slow */
+	size_t dirty_bytes;                              /* free but still resident (approximate) */
+	uint64_t dirty_since_ns;                         /* when dirty_bytes last left 0 */
+	size_t mapped_bytes;                             /* pages handed to slabs (read racily) */
+	size_t returned_bytes; /* purged over the process life (read racily) */
+	size_t blocks_mapped;  /* blocks of address space held now (read racily) */
+	size_t holes;          /* blocks given up: something else was mapped there */
+	bool gate_closed;      /* sheaf_page_fast_gate(true): fast frees go slow */
 	unsigned purge_order;
 };
 #define SHEAF_BLOCK_STILL_MAPPED 0x80000000u
@@ -84,9 +84,9 @@ extern uintptr_t sheaf_page_fast_limit;
 /* Close (or reopen) the free fast paths: every free then takes the slow path. */
 void sheaf_page_fast_gate(bool closed);
 int sheaf_page_init(void);
-void *sheaf_page_alloc(unsigned order, int nid);       /* NULL + ENOMEM on failure */
+void *sheaf_page_alloc(unsigned order, int nid); /* NULL + ENOMEM on failure */
 void sheaf_page_free(void *p, unsigned order, int nid);
-void sheaf_page_purge_all(void);                        /* purge dirty free blocks */
+void sheaf_page_purge_all(void);     /* purge dirty free blocks */
 void sheaf_page_fork_register(void); /* rank HEAP of the fork walk (base/lock.h) */
 /* Fault injection for tests: the next @n page allocations succeed, then every one
  * fails (as if the heap were full) until reset with -1. */

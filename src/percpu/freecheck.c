@@ -73,7 +73,8 @@ static sheaf_noinline bool sheaf_free_confirm(struct sheaf_cache *c, const void 
 
 bool sheaf_free_mark_check(struct sheaf_cache *c, const void *obj)
 {
-	if (sheaf_unlikely(*sheaf_mark_word(c, obj) == sheaf_free_key) && sheaf_free_confirm(c, obj)) {
+	if (sheaf_unlikely(*sheaf_mark_word(c, obj) == sheaf_free_key) &&
+	    sheaf_free_confirm(c, obj)) {
 		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
 		return false;
 	}

@@ -625,7 +625,8 @@ static void fork_take_percpu(void)
 		atomic_store(&fork_pending, 1);
 		struct sheaf_list *pos;
 		for (pos = sheaf_reg.threads.next; pos != &sheaf_reg.threads; pos = pos->next) {
-			struct sheaf_tcache *tc = sheaf_container_of(pos, struct sheaf_tcache, link);
+			struct sheaf_tcache *tc =
+				sheaf_container_of(pos, struct sheaf_tcache, link);
 			for (uint32_t i = 0; i < tc->n; i++) {
 				/* Acquire: pairs with pcs_create's release publication, so
 				 * the new pcs (zeroed by the metadata allocator) is seen
@@ -693,8 +694,9 @@ static void fork_release_pcs_lists(bool child)
 	(void)child;
 	struct sheaf_list *pos;
 	for (pos = sheaf_reg.caches.prev; pos != &sheaf_reg.caches; pos = pos->prev)
-		sheaf_mutex_unlock(&sheaf_container_of(pos, struct sheaf_cache, cache_list)->pcs_lock,
-				   SHEAF_LOCK_PCS_LIST);
+		sheaf_mutex_unlock(
+			&sheaf_container_of(pos, struct sheaf_cache, cache_list)->pcs_lock,
+			SHEAF_LOCK_PCS_LIST);
 }
 
 static void fork_take_threads(void)
@@ -726,9 +728,9 @@ static void fork_release_threads(bool child)
 	if (child) {
 		struct sheaf_tcache *mine = sheaf_tls_tc;
 		struct sheaf_list *pos, *tmp;
-		sheaf_list_for_each_safe(pos, tmp, &sheaf_reg.threads)
-		{
-			struct sheaf_tcache *tc = sheaf_container_of(pos, struct sheaf_tcache, link);
+		sheaf_list_for_each_safe(pos, tmp, &sheaf_reg.threads) {
+			struct sheaf_tcache *tc =
+				sheaf_container_of(pos, struct sheaf_tcache, link);
 			if (tc == mine)
 				continue;
 			sheaf_list_del(&tc->link);

@@ -39,26 +39,29 @@ struct sheaf_pcs {
 /* ---- Per-thread state (per-thread mode, and bookkeeping in both modes) -------------- */
 
 struct sheaf_tcache {
-	uint32_t n;                 /* entries in pcs[] */
-	struct sheaf_pcs **pcs;     /* by cache id; NULL until first use */
-	struct sheaf_list link;     /* sheaf_reg.threads; protected by sheaf_reg.threads_lock */
+	uint32_t n;             /* entries in pcs[] */
+	struct sheaf_pcs **pcs; /* by cache id; NULL until first use */
+	struct sheaf_list link; /* sheaf_reg.threads; protected by sheaf_reg.threads_lock */
 	pthread_t owner;
-	int in_setup;               /* re-entrancy guard while creating state */
+	int in_setup; /* re-entrancy guard while creating state */
 };
 
-enum sheaf_mode { SHEAF_MODE_PERTHREAD = 0, SHEAF_MODE_PERCPU = 1 };
+enum sheaf_mode {
+	SHEAF_MODE_PERTHREAD = 0,
+	SHEAF_MODE_PERCPU = 1
+};
 
 /* The registry of caches and threads (defined in percpu.c).  The cache layer adds and
  * removes caches; this layer walks them at thread exit and fork. */
 struct sheaf_registry {
-	enum sheaf_mode mode;       /* chosen once by sheaf_percpu_init */
+	enum sheaf_mode mode; /* chosen once by sheaf_percpu_init */
 	pthread_mutex_t caches_lock;
-	struct sheaf_list caches;   /* protected by caches_lock */
-	uint32_t next_id;           /* protected by caches_lock */
-	uint8_t *id_used;           /* protected by caches_lock */
+	struct sheaf_list caches; /* protected by caches_lock */
+	uint32_t next_id;         /* protected by caches_lock */
+	uint8_t *id_used;         /* protected by caches_lock */
 	uint32_t id_cap;
 	pthread_mutex_t threads_lock;
-	struct sheaf_list threads;  /* protected by threads_lock */
+	struct sheaf_list threads; /* protected by threads_lock */
 	pthread_key_t tkey;
 };
 extern struct sheaf_registry sheaf_reg;
@@ -121,8 +124,8 @@ bool sheaf_pcs_swap_or_barn(struct sheaf_cache *c, struct sheaf_pcs *pcs); /* no
 bool sheaf_pcs_replace_full_main(struct sheaf_cache *c, struct sheaf_pcs *pcs);
 /* Flush everything the pcs caches into barns (thread exit) or slabs (@to_slabs). */
 void sheaf_pcs_drain(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool to_slabs);
-void sheaf_pcs_harvest(struct sheaf_pcs *pcs);  /* fold fast-path counts into pcs->stat */
-void sheaf_pcs_rebase(struct sheaf_pcs *pcs);   /* after changing main */
+void sheaf_pcs_harvest(struct sheaf_pcs *pcs); /* fold fast-path counts into pcs->stat */
+void sheaf_pcs_rebase(struct sheaf_pcs *pcs);  /* after changing main */
 struct sheaf_barn *sheaf_pcs_barn(struct sheaf_cache *c, struct sheaf_pcs *pcs);
 struct sheaf_node *sheaf_pcs_mem_node(struct sheaf_cache *c, struct sheaf_pcs *pcs);
 
@@ -155,9 +158,9 @@ static inline struct sheaf_pcs *sheaf_pcs_current(const struct sheaf_cache *c)
 void sheaf_pcs_shrink_all(struct sheaf_cache *c);
 void sheaf_pcs_stats_gauge(struct sheaf_cache *c, uint64_t *in_pcs, uint64_t *slots);
 /* Run fn on every pcs of @c with that pcs locked (shrink, destroy, barrier, stats). */
-void sheaf_pcs_for_each(struct sheaf_cache *c, void (*fn)(struct sheaf_cache *, struct sheaf_pcs *, void *),
-			void *arg);
-int sheaf_pcs_setup_cache(struct sheaf_cache *c);   /* at create */
+void sheaf_pcs_for_each(struct sheaf_cache *c,
+			void (*fn)(struct sheaf_cache *, struct sheaf_pcs *, void *), void *arg);
+int sheaf_pcs_setup_cache(struct sheaf_cache *c);     /* at create */
 void sheaf_pcs_teardown_cache(struct sheaf_cache *c); /* at destroy, after draining */
 /* Run fn on every cache of the registry, under caches_lock. */
 void sheaf_cache_for_each(void (*fn)(struct sheaf_cache *, void *), void *arg);

@@ -15,7 +15,8 @@
 
 struct sheaf_sheaf *sheaf_sheaf_new(struct sheaf_cache *c, uint32_t capacity)
 {
-	struct sheaf_sheaf *s = sheaf_meta_alloc(SHEAF_SHEAF_HDR + (size_t)capacity * sizeof(void *));
+	struct sheaf_sheaf *s =
+		sheaf_meta_alloc(SHEAF_SHEAF_HDR + (size_t)capacity * sizeof(void *));
 	if (!s)
 		return NULL;
 	s->capacity = capacity;
@@ -49,7 +50,8 @@ void sheaf_sheaf_flush(struct sheaf_cache *c, struct sheaf_sheaf *s, uint64_t *s
 	sheaf_slab_free_bulk(c, s->objects, n);
 }
 
-unsigned sheaf_sheaf_refill(struct sheaf_cache *c, struct sheaf_node *n, struct sheaf_sheaf *s, uint64_t *stat)
+unsigned sheaf_sheaf_refill(struct sheaf_cache *c, struct sheaf_node *n, struct sheaf_sheaf *s,
+			    uint64_t *stat)
 {
 	uint32_t want = s->capacity - s->size;
 	if (!want)
@@ -57,7 +59,8 @@ unsigned sheaf_sheaf_refill(struct sheaf_cache *c, struct sheaf_node *n, struct 
 	unsigned got = sheaf_slab_refill(c, n, s->objects + s->size, want, want);
 	sheaf_wr(s->size, s->size + got);
 	if (stat)
-		sheaf_wr(stat[SHEAF_STAT_SHEAF_REFILL], sheaf_rd(stat[SHEAF_STAT_SHEAF_REFILL]) + got);
+		sheaf_wr(stat[SHEAF_STAT_SHEAF_REFILL],
+			 sheaf_rd(stat[SHEAF_STAT_SHEAF_REFILL]) + got);
 	else
 		sheaf_stat_atomic(c, SHEAF_STAT_SHEAF_REFILL, got);
 	return got;
@@ -108,7 +111,10 @@ static inline void install_main(struct sheaf_pcs *pcs, struct sheaf_sheaf *s)
 	pcs->main = s;
 }
 
-static inline bool is_sentinel(const struct sheaf_sheaf *s) { return s == &sheaf_sentinel_sheaf; }
+static inline bool is_sentinel(const struct sheaf_sheaf *s)
+{
+	return s == &sheaf_sentinel_sheaf;
+}
 
 static inline uint32_t cur_capacity(const struct sheaf_cache *c)
 {
@@ -120,7 +126,8 @@ static void retire_empty(struct sheaf_cache *c, struct sheaf_barn *b, struct she
 {
 	if (is_sentinel(s))
 		return;
-	if (s->capacity != cur_capacity(c) || !b->enabled || sheaf_rd(b->nr_empty) >= sheaf_rd(b->max_empty))
+	if (s->capacity != cur_capacity(c) || !b->enabled ||
+	    sheaf_rd(b->nr_empty) >= sheaf_rd(b->max_empty))
 		sheaf_sheaf_free(c, s);
 	else
 		sheaf_barn_put_empty(b, s);
@@ -157,8 +164,8 @@ void sheaf_capacity_adapt(struct sheaf_cache *c, int dir)
 			next = dir == -2 || cur == 0 ? 0 : cur - 1;
 		if (next == cur)
 			return;
-	} while (!atomic_compare_exchange_weak_explicit(&c->capacity_step, &cur, next, memory_order_relaxed,
-							memory_order_relaxed));
+	} while (!atomic_compare_exchange_weak_explicit(
+		&c->capacity_step, &cur, next, memory_order_relaxed, memory_order_relaxed));
 	uint32_t cap = c->capacity_ladder[next];
 	/* The barns' limits are in bytes of objects: fewer, larger sheaves (D6). */
 	for (int i = 0; i < sheaf_g.nnodes; i++) {
@@ -189,16 +196,14 @@ void sheaf_barn_maybe_trim(struct sheaf_cache *c, struct sheaf_barn *b, struct s
 	sheaf_list_init(&empty);
 	sheaf_barn_trim(b, &full, &empty);
 	uint64_t n = 0;
-	sheaf_list_for_each_safe(pos, tmp, &full)
-	{
+	sheaf_list_for_each_safe(pos, tmp, &full) {
 		struct sheaf_sheaf *s = sheaf_container_of(pos, struct sheaf_sheaf, link);
 		sheaf_list_del(&s->link);
 		sheaf_sheaf_flush(c, s, pcs ? pcs->stat : NULL);
 		sheaf_sheaf_free(c, s);
 		n++;
 	}
-	sheaf_list_for_each_safe(pos, tmp, &empty)
-	{
+	sheaf_list_for_each_safe(pos, tmp, &empty) {
 		struct sheaf_sheaf *s = sheaf_container_of(pos, struct sheaf_sheaf, link);
 		sheaf_list_del(&s->link);
 		sheaf_sheaf_free(c, s);
@@ -227,7 +232,8 @@ bool sheaf_pcs_swap_or_barn(struct sheaf_cache *c, struct sheaf_pcs *pcs)
  * NULL (the barn had none).  Two full sheaves come back when the spare was given too:
  * the next miss is then a swap, and a producer CPU pays one barn lock per
  * 2 x capacity objects (issue 3 point 3). */
-static struct sheaf_sheaf *barn_full_for_main(struct sheaf_cache *c, struct sheaf_pcs *pcs, struct sheaf_barn *b)
+static struct sheaf_sheaf *barn_full_for_main(struct sheaf_cache *c, struct sheaf_pcs *pcs,
+					      struct sheaf_barn *b)
 {
 	struct sheaf_sheaf *m = pcs->main, *full = NULL;
 	if (is_sentinel(m) || m->capacity != cur_capacity(c)) {
@@ -321,7 +327,8 @@ static int both_full_to_barn(struct sheaf_cache *c, struct sheaf_pcs *pcs, struc
 		return -ENOENT;
 	struct sheaf_sheaf *give[2] = { m, pcs->spare }, *got[2] = { NULL, NULL };
 	unsigned put = 0;
-	unsigned ne = sheaf_barn_swap_fulls(b, give, pcs->spare->capacity == m->capacity ? 2 : 1, got, &put);
+	unsigned ne = sheaf_barn_swap_fulls(b, give, pcs->spare->capacity == m->capacity ? 2 : 1,
+					    got, &put);
 	if (!put)
 		return -E2BIG;
 	sheaf_stat_add(pcs, SHEAF_STAT_BARN_PUT, put);
@@ -417,7 +424,8 @@ bool sheaf_pcs_replace_full_main(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 
 /* ---- Drain (thread exit, shrink, destroy; K§2.9) ------------------------------------ */
 
-static void drain_sheaf(struct sheaf_cache *c, struct sheaf_pcs *pcs, struct sheaf_sheaf *s, bool to_slabs)
+static void drain_sheaf(struct sheaf_cache *c, struct sheaf_pcs *pcs, struct sheaf_sheaf *s,
+			bool to_slabs)
 {
 	struct sheaf_barn *b = sheaf_pcs_barn(c, pcs);
 	if (s->size && !to_slabs && b->enabled && s->capacity == cur_capacity(c) &&
@@ -447,7 +455,8 @@ void sheaf_pcs_drain(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool to_slabs
 		/* Main stays allocated only in per-CPU mode; the caller frees a thread's. */
 		if (m->size) {
 			struct sheaf_barn *b = sheaf_pcs_barn(c, pcs);
-			if (!to_slabs && b->enabled && sheaf_rd(b->nr_full) < sheaf_rd(b->max_full) &&
+			if (!to_slabs && b->enabled &&
+			    sheaf_rd(b->nr_full) < sheaf_rd(b->max_full) &&
 			    m->capacity == cur_capacity(c)) {
 				sheaf_barn_put_full(b, m);
 				sheaf_stat_add(pcs, SHEAF_STAT_BARN_PUT, 1);

@@ -125,8 +125,8 @@ SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 			struct sheaf_list *pos;
 			for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next)
 				rcu_cache_flush_locked(sheaf_container_of(pos, struct sheaf_cache,
-								      cache_list),
-						   NULL);
+									  cache_list),
+						       NULL);
 			if (sheaf_list_empty(&c->cache_list))
 				rcu_cache_flush_locked(c, NULL); /* not linked (any more) */
 		} else {

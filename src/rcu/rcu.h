@@ -25,7 +25,7 @@ void sheaf_rcu_fork_register(void);
 bool sheaf_rcu_fork_trylock_barriers(void);
 void sheaf_rcu_fork_unlock_barriers(void);
 void sheaf_rcu_cache_init(struct sheaf_cache *c);
-void sheaf_rcu_cache_fini(struct sheaf_cache *c);  /* after the per-cache barrier */
+void sheaf_rcu_cache_fini(struct sheaf_cache *c); /* after the per-cache barrier */
 /* Submit the pcs's partly filled rcu_free sheaf (thread exit, shrink, barrier). */
 void sheaf_rcu_flush_pcs(struct sheaf_cache *c, struct sheaf_pcs *pcs);
 /* Does @obj wait for a grace period after a free_rcu (the double-free search,

@@ -86,7 +86,8 @@
 const struct rcu_ops rcu_flavors[] = {
 	[SHEAF_RCU_MEMB] = { urcu_memb_call_rcu, urcu_memb_barrier, urcu_memb_synchronize_rcu,
 			     urcu_memb_read_ongoing, urcu_memb_get_default_call_rcu_data, NULL,
-			     NULL, urcu_memb_call_rcu_before_fork, urcu_memb_call_rcu_after_fork_parent,
+			     NULL, urcu_memb_call_rcu_before_fork,
+			     urcu_memb_call_rcu_after_fork_parent,
 			     urcu_memb_call_rcu_after_fork_child },
 	[SHEAF_RCU_MB] = { urcu_mb_call_rcu, urcu_mb_barrier, urcu_mb_synchronize_rcu,
 			   urcu_mb_read_ongoing, urcu_mb_get_default_call_rcu_data, NULL, NULL,
@@ -159,8 +160,9 @@ int rcu_wait_prepare(const struct rcu_ops *ops, const struct sheaf_cache *c)
 		ops->offline();
 		return 1;
 	}
-	sheaf_error(SHEAF_ERR_RCU, c->name, c,
-		    "RCU barrier called inside an RCU read-side critical section (it would deadlock); skipped");
+	sheaf_error(
+		SHEAF_ERR_RCU, c->name, c,
+		"RCU barrier called inside an RCU read-side critical section (it would deadlock); skipped");
 	return -1;
 }
 
@@ -288,7 +290,8 @@ static bool mark_after_gp(struct sheaf_cache *c, void *o, void *const *kept, uin
 	if (sheaf_unlikely(*sheaf_mark_word(c, o) == sheaf_free_key)) {
 		for (uint32_t j = 0; j < nkept; j++) {
 			if (kept[j] == o) {
-				sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, o, "free_rcu of an object already free");
+				sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, o,
+					    "free_rcu of an object already free");
 				return false;
 			}
 		}
@@ -310,7 +313,8 @@ static uint32_t objs_prepare(struct sheaf_cache *c, void **objs, uint32_t n)
 		if (hook)
 			hook(o, c->object_size);
 		if (sheaf_unlikely(sheaf_track_obj_free(c, o))) {
-			sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, o, "free_rcu of an object already free");
+			sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, o,
+				    "free_rcu of an object already free");
 			drop = 1;
 		} else if (mark_in_object(c)) {
 			drop = !mark_after_gp(c, o, objs, i);
@@ -337,7 +341,8 @@ static long sheaf_gp_done(struct sheaf_cache *c, struct sheaf_sheaf *s)
 	s->size = objs_prepare(c, s->objects, s->size);
 	struct sheaf_barn *b = c->node[s->node]->barn;
 	uint32_t cap = atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed);
-	if (s->size && b->enabled && s->capacity == cap && sheaf_rd(b->nr_full) < sheaf_rd(b->max_full)) {
+	if (s->size && b->enabled && s->capacity == cap &&
+	    sheaf_rd(b->nr_full) < sheaf_rd(b->max_full)) {
 		/* A sheaf that lost objects in objs_prepare still counts as full (K§4.3). */
 		sheaf_barn_put_full(b, s);
 		sheaf_stat_atomic(c, SHEAF_STAT_BARN_PUT, 1);
@@ -345,7 +350,8 @@ static long sheaf_gp_done(struct sheaf_cache *c, struct sheaf_sheaf *s)
 		if (s->size)
 			sheaf_stat_atomic(c, SHEAF_STAT_BARN_PUT_FAIL, 1);
 		sheaf_sheaf_flush(c, s, NULL);
-		if (b->enabled && s->capacity == cap && sheaf_rd(b->nr_empty) < sheaf_rd(b->max_empty))
+		if (b->enabled && s->capacity == cap &&
+		    sheaf_rd(b->nr_empty) < sheaf_rd(b->max_empty))
 			sheaf_barn_put_empty(b, s);
 		else
 			sheaf_sheaf_free(c, s);
@@ -409,7 +415,8 @@ static void ticket_cb(struct rcu_head *head)
 	struct rcu_ticket *t = sheaf_container_of(head, struct rcu_ticket, head);
 	tsan_acquire(t);
 	int expect = TICKET_OPEN;
-	while (!atomic_compare_exchange_strong(&t->state, &expect, TICKET_RUNNING) && expect == TICKET_SEARCHING) {
+	while (!atomic_compare_exchange_strong(&t->state, &expect, TICKET_RUNNING) &&
+	       expect == TICKET_SEARCHING) {
 		sched_yield(); /* a double-free search reads the units: a few loads */
 		expect = TICKET_OPEN;
 	}
@@ -556,7 +563,8 @@ static bool free_rcu_checks(struct sheaf_cache *c, void *obj)
 	    sheaf_track_is_poisoned(obj)) {
 		/* Already free (ASan builds know it): a double free, caught before the grace
 		 * period so the report names the caller. */
-		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "free_rcu of an object already free");
+		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj,
+			    "free_rcu of an object already free");
 		return false;
 	}
 	if (c->free_mark) {
@@ -574,7 +582,8 @@ static bool free_rcu_checks(struct sheaf_cache *c, void *obj)
 
 /* The pcs's rcu_free sheaf, taken or made now (pcs and its rcu_lock held); NULL when
  * none can be had. */
-static struct sheaf_sheaf *free_rcu_sheaf(struct sheaf_cache *c, struct sheaf_pcs *pcs, uint32_t cap)
+static struct sheaf_sheaf *free_rcu_sheaf(struct sheaf_cache *c, struct sheaf_pcs *pcs,
+					  uint32_t cap)
 {
 	struct sheaf_sheaf *s = pcs->rcu_free;
 	if (!s) {
@@ -615,7 +624,8 @@ SHEAF_API void sheaf_cache_free_rcu(struct sheaf_cache *c, void *obj)
 		sheaf_mutex_unlock(&pcs->rcu_lock, SHEAF_LOCK_PCS_RCU);
 		sheaf_pcs_unlock(c, pcs);
 		atomic_fetch_sub(&c->rcu_inflight_objects, 1);
-		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "free_rcu of an object already free");
+		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj,
+			    "free_rcu of an object already free");
 		return;
 	}
 	sheaf_sheaf_push(s, obj);

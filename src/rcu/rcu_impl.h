@@ -37,13 +37,13 @@ void urcu_qsbr_thread_online(void);
 
 struct rcu_ops {
 	void (*call)(struct rcu_head *head, void (*func)(struct rcu_head *head));
-	void (*barrier_all)(void);	     /* rcu_barrier(): every callback of the flavour */
-	void (*sync)(void);		     /* synchronize_rcu() */
-	int (*ongoing)(void);		     /* memb/mb: inside a read-side section; qsbr: online */
+	void (*barrier_all)(void);           /* rcu_barrier(): every callback of the flavour */
+	void (*sync)(void);                  /* synchronize_rcu() */
+	int (*ongoing)(void);                /* memb/mb: inside a read-side section; qsbr: online */
 	struct call_rcu_data *(*warm)(void); /* get_default_call_rcu_data() */
-	void (*offline)(void);		     /* QSBR only */
+	void (*offline)(void);               /* QSBR only */
 	void (*online)(void);
-	void (*before_fork)(void);	     /* call_rcu_before_fork() and the two after it */
+	void (*before_fork)(void); /* call_rcu_before_fork() and the two after it */
 	void (*after_fork_parent)(void);
 	void (*after_fork_child)(void);
 };
@@ -108,10 +108,10 @@ struct rcu_state {
 	pthread_mutex_t lock; /* protects everything below; cv waits on it */
 	pthread_cond_t cv;
 	pthread_mutex_t barrier_mutex; /* serialises this cache's barriers */
-	struct rcu_units next;	       /* submitted, waiting for a ticket */
+	struct rcu_units next;         /* submitted, waiting for a ticket */
 	struct rcu_ticket *ticket;     /* in flight (OPEN or RUNNING), or NULL */
-	uint64_t ticket_seq;	       /* launches so far */
-	struct rcu_batch *fb;	       /* fallback batch being filled */
+	uint64_t ticket_seq;           /* launches so far */
+	struct rcu_batch *fb;          /* fallback batch being filled */
 };
 
 static inline void units_init(struct rcu_units *u)
@@ -140,7 +140,8 @@ static void units_splice(struct rcu_units *to, struct rcu_units *from)
 /* Only after rcu_use() ran once (units exist). */
 static inline const struct rcu_ops *rcu_ops_cur(void)
 {
-	return &rcu_flavors[atomic_load_explicit(&rcu_flavor_word, memory_order_relaxed) & FLAVOR_MASK];
+	return &rcu_flavors[atomic_load_explicit(&rcu_flavor_word, memory_order_relaxed) &
+			    FLAVOR_MASK];
 }
 
 static inline bool rcu_is_qsbr(const struct rcu_ops *ops)

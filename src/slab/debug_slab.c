@@ -47,29 +47,29 @@
 
 #include "slab/slab.h"
 
-#define POISON_FREE 0x6b
-#define POISON_END 0xa5
+#define POISON_FREE  0x6b
+#define POISON_END   0xa5
 #define RED_INACTIVE 0xbb
-#define RED_ACTIVE 0xcc
-#define RZ_SIZE 16u          /* bytes of red zone on each side (at least) */
-#define BT_DEPTH 6           /* frames kept per track beyond the caller */
+#define RED_ACTIVE   0xcc
+#define RZ_SIZE      16u /* bytes of red zone on each side (at least) */
+#define BT_DEPTH     6   /* frames kept per track beyond the caller */
 
-#define STATE_FREE 0x5fee5fee5fee5feeull   /* slot on the free list */
+#define STATE_FREE  0x5fee5fee5fee5feeull /* slot on the free list */
 #define STATE_ALLOC 0xa110ca7eda110ca7ull /* slot handed out */
 
 struct track {
-	const void *caller;          /* the core's caller: the program's call site */
-	const void *bt[BT_DEPTH];    /* a short backtrace, innermost first */
+	const void *caller;       /* the core's caller: the program's call site */
+	const void *bt[BT_DEPTH]; /* a short backtrace, innermost first */
 	uint64_t when_ns;
 	int32_t tid;
 	int32_t cpu;
 };
 
 struct meta {
-	uint64_t state;              /* STATE_FREE / STATE_ALLOC */
-	uint16_t link;               /* the core's free-list link (freeptr_offset) */
+	uint64_t state; /* STATE_FREE / STATE_ALLOC */
+	uint16_t link;  /* the core's free-list link (freeptr_offset) */
 	uint16_t pad[3];
-	struct track alloc, free;    /* only with U */
+	struct track alloc, free; /* only with U */
 };
 
 #define META_SIZE_NOUSER offsetof(struct meta, alloc)
@@ -329,20 +329,21 @@ static void rb_bytes(struct rbuf *r, const char *label, const unsigned char *p, 
 
 /* Print the report; returns 1 for the hook (leak the object) unless the
  * process aborts (SHEAF_ON_ERROR=abort, the default). */
-static int report(const struct sheaf_cache *c, char *slot, enum sheaf_error_kind kind, const char *what,
-		  long bad_off, const void *caller)
+static int report(const struct sheaf_cache *c, char *slot, enum sheaf_error_kind kind,
+		  const char *what, long bad_off, const void *caller)
 {
 	struct rbuf r;
 	char *obj = slot + c->obj_offset;
 	const struct meta *m = meta_of(c, slot);
 	/* The first line is every reporter's (base/error.h); the details follow. */
-	r.n = sheaf_error_head(r.b, sizeof(r.b) - 1, kind, c->name, obj, "%s (size %zu, slot %p)", what,
-			       c->object_size, (void *)slot);
+	r.n = sheaf_error_head(r.b, sizeof(r.b) - 1, kind, c->name, obj, "%s (size %zu, slot %p)",
+			       what, c->object_size, (void *)slot);
 	r.b[r.n++] = '\n';
 	if (bad_off != LONG_MIN) {
 		const unsigned char *b = (const unsigned char *)obj + bad_off;
 		if (bad_off < 0)
-			rb_add(&r, "sheaf:   first bad byte %ld bytes before the object: 0x%02x\n", -bad_off, *b);
+			rb_add(&r, "sheaf:   first bad byte %ld bytes before the object: 0x%02x\n",
+			       -bad_off, *b);
 		else if ((size_t)bad_off >= c->object_size)
 			rb_add(&r, "sheaf:   first bad byte %zu bytes after the object: 0x%02x\n",
 			       (size_t)bad_off - c->object_size, *b);
@@ -352,7 +353,8 @@ static int report(const struct sheaf_cache *c, char *slot, enum sheaf_error_kind
 		char label[64];
 		snprintf(label, sizeof(label), "bytes from offset %ld", from);
 		rb_bytes(&r, label, (const unsigned char *)obj + from,
-			 SHEAF_MIN((size_t)16, (size_t)((long)c->debug_offset - c->obj_offset - from)));
+			 SHEAF_MIN((size_t)16,
+				   (size_t)((long)c->debug_offset - c->obj_offset - from)));
 	}
 	rb_add(&r, "sheaf:   operation called from ");
 	rb_site(&r, caller);
@@ -361,10 +363,12 @@ static int report(const struct sheaf_cache *c, char *slot, enum sheaf_error_kind
 		rb_track(&r, "last allocated", &m->alloc);
 		rb_track(&r, "last freed", &m->free);
 	} else {
-		rb_add(&r, "sheaf:   (allocation and free sites: enable U, e.g. SHEAF_SLAB_DEBUG=FZPU)\n");
+		rb_add(&r,
+		       "sheaf:   (allocation and free sites: enable U, e.g. SHEAF_SLAB_DEBUG=FZPU)\n");
 	}
 	bool warn = sheaf_error_warn();
-	rb_add(&r, "sheaf:   %s\n", warn ? "object leaked, continuing (SHEAF_ON_ERROR=warn)" : "aborting");
+	rb_add(&r, "sheaf:   %s\n",
+	       warn ? "object leaked, continuing (SHEAF_ON_ERROR=warn)" : "aborting");
 	sheaf_error_emit(r.b, r.n); /* aborts unless warn */
 	return 1;
 }
@@ -427,12 +431,13 @@ int sheaf_debug_slab_alloc(struct sheaf_cache *c, void *obj, const void *caller)
 	if (m->state != STATE_FREE) {
 		rc = report(c, slot, SHEAF_ERR_CORRUPTION,
 			    m->state == STATE_ALLOC ? "allocated object found on the free list "
-						      "(double free, or free list corrupted)"
-						    : "object metadata overwritten (state word)",
+						      "(double free, or free list corrupted)" :
+						      "object metadata overwritten (state word)",
 			    LONG_MIN, caller);
 	} else if ((f & SHEAF_DEBUG_REDZONE) &&
 		   (bad = check_redzones(c, slot, RED_INACTIVE)) != LONG_MIN) {
-		rc = report(c, slot, SHEAF_ERR_WRITE_AFTER_FREE, "red zone overwritten while the object was free", bad, caller);
+		rc = report(c, slot, SHEAF_ERR_WRITE_AFTER_FREE,
+			    "red zone overwritten while the object was free", bad, caller);
 	} else if ((f & SHEAF_DEBUG_POISON) && (bad = check_poison(c, (char *)obj)) != LONG_MIN) {
 		rc = report(c, slot, SHEAF_ERR_WRITE_AFTER_FREE, "poison overwritten", bad, caller);
 	} else {
@@ -456,9 +461,11 @@ int sheaf_debug_slab_free(struct sheaf_cache *c, void *obj, const void *caller)
 
 	slot_open(c, slot);
 	if (m->state == STATE_FREE) {
-		rc = report(c, slot, SHEAF_ERR_DOUBLE_FREE, "the object is already free", LONG_MIN, caller);
+		rc = report(c, slot, SHEAF_ERR_DOUBLE_FREE, "the object is already free", LONG_MIN,
+			    caller);
 	} else if (m->state != STATE_ALLOC) {
-		rc = report(c, slot, SHEAF_ERR_CORRUPTION, "object metadata overwritten (state word)", LONG_MIN, caller);
+		rc = report(c, slot, SHEAF_ERR_CORRUPTION,
+			    "object metadata overwritten (state word)", LONG_MIN, caller);
 	} else if ((f & SHEAF_DEBUG_REDZONE) &&
 		   (bad = check_redzones(c, slot, RED_ACTIVE)) != LONG_MIN) {
 		rc = report(c, slot, SHEAF_ERR_OVERFLOW, "red zone overwritten", bad, caller);

@@ -33,10 +33,11 @@
 
 /* sheaf_cache.free_mark: no mark; the mark in the second word (mark_offset 8: every
  * plain cache, which lets the fast paths use a constant offset); elsewhere. */
-#define SHEAF_MARK_NONE     0
-#define SHEAF_MARK_AT       1
-#define SHEAF_MARK_WORD1    2
-#define SHEAF_MARK_WORD1_P2 3 /* the same, and the slot size is a power of two: an object
+#define SHEAF_MARK_NONE  0
+#define SHEAF_MARK_AT    1
+#define SHEAF_MARK_WORD1 2
+#define SHEAF_MARK_WORD1_P2 \
+	3 /* the same, and the slot size is a power of two: an object
 				 start is any multiple of it (sheaf_cache.start_mask) */
 
 /* The per-process key (never 0); set once at initialisation. */

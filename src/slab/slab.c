@@ -54,13 +54,17 @@ static inline void fp_set(const struct sheaf_cache *c, char *slot, uint32_t next
 	memcpy(slot + c->freeptr_offset, &v, sizeof(v));
 	sheaf_track_fp_close(c, slot);
 }
-static inline size_t desc_index(const struct sheaf_slab *s) { return (size_t)(s - sheaf_heap.desc); }
+static inline size_t desc_index(const struct sheaf_slab *s)
+{
+	return (size_t)(s - sheaf_heap.desc);
+}
 
 /* ---- Creating and discarding slabs --------------------------------------------------- */
 
 /* A new slab on memory node @n with its first @take objects already handed to objs[]
  * (take <= objs_per_slab).  Not on any list; the caller publishes it. */
-static struct sheaf_slab *slab_new(struct sheaf_cache *c, struct sheaf_node *n, void **objs, uint32_t take)
+static struct sheaf_slab *slab_new(struct sheaf_cache *c, struct sheaf_node *n, void **objs,
+				   uint32_t take)
 {
 	char *mem = sheaf_page_alloc(c->order, n->nid);
 	if (!mem)
@@ -97,7 +101,8 @@ static struct sheaf_slab *slab_new(struct sheaf_cache *c, struct sheaf_node *n, 
 	}
 	for (uint32_t i = 0; i < take; i++)
 		objs[i] = obj_at(c, s, i);
-	atomic_store_explicit(&s->sl_fc, SHEAF_FC_MAKE(take < nobj ? take : SHEAF_FL_END, take, nobj, 0),
+	atomic_store_explicit(&s->sl_fc,
+			      SHEAF_FC_MAKE(take < nobj ? take : SHEAF_FL_END, take, nobj, 0),
 			      memory_order_relaxed);
 	/* Every slot is free from the program's view until handed out (track.h). */
 	sheaf_track_slab_close(c, mem, SHEAF_PAGE_SIZE << c->order);
@@ -140,7 +145,8 @@ static void slab_discard(struct sheaf_cache *c, struct sheaf_slab *s)
 	atomic_store_explicit(&s->sl_fc, 0, memory_order_relaxed);
 	s->sl_on_partial = 0;
 	sheaf_wr(s->pg_kind, SHEAF_PG_UNUSED);
-	atomic_fetch_add_explicit(&c->bytes_returned, SHEAF_PAGE_SIZE << order, memory_order_relaxed);
+	atomic_fetch_add_explicit(&c->bytes_returned, SHEAF_PAGE_SIZE << order,
+				  memory_order_relaxed);
 	sheaf_stat_atomic(c, SHEAF_STAT_FREE_SLAB, 1);
 	sheaf_track_slab_gone(c, mem, SHEAF_PAGE_SIZE << order);
 	if (c->flags & SHEAF_TYPESAFE_BY_RCU)
@@ -168,7 +174,8 @@ static inline void remove_partial(struct sheaf_node *n, struct sheaf_slab *s)
 /* ---- Freeing chains to slabs (K§2.7 __slab_free) ------------------------------------- */
 
 /* Free the chain head..tail (@cnt objects already linked head->...->tail) to @s. */
-static void slab_free_chain(struct sheaf_cache *c, struct sheaf_slab *s, uint32_t head, uint32_t tail, uint32_t cnt)
+static void slab_free_chain(struct sheaf_cache *c, struct sheaf_slab *s, uint32_t head,
+			    uint32_t tail, uint32_t cnt)
 {
 	struct sheaf_node *n = s->sl_node;
 	bool locked = false;
@@ -225,7 +232,8 @@ static void slab_free_chain(struct sheaf_cache *c, struct sheaf_slab *s, uint32_
 
 /* Index of @q in @s if @q is exactly the start of one of its objects (no division:
  * the reciprocal gives the candidate index, one multiply confirms it; freecheck.h). */
-static inline bool index_in_slab(const struct sheaf_cache *c, const struct sheaf_slab *s, const void *q, uint32_t *idx)
+static inline bool index_in_slab(const struct sheaf_cache *c, const struct sheaf_slab *s,
+				 const void *q, uint32_t *idx)
 {
 	size_t off = (size_t)((const char *)q - s->sl_base);
 	if (off >= (SHEAF_PAGE_SIZE << s->pg_order) || off < c->obj_offset)
@@ -242,17 +250,20 @@ struct sheaf_slab *sheaf_slab_check_obj(struct sheaf_cache *c, const void *obj, 
 {
 	struct sheaf_slab *s = sheaf_page_slab(obj);
 	if (sheaf_unlikely(!s || sheaf_rd(s->pg_kind) != SHEAF_PG_SLAB)) {
-		sheaf_error(SHEAF_ERR_INVALID_POINTER, c->name, obj, "%s of a pointer Sheaf did not allocate", op);
+		sheaf_error(SHEAF_ERR_INVALID_POINTER, c->name, obj,
+			    "%s of a pointer Sheaf did not allocate", op);
 		return NULL;
 	}
 	struct sheaf_cache *owner = s->sl_node->cache;
 	if (sheaf_unlikely(owner != c)) {
-		sheaf_error(SHEAF_ERR_WRONG_CACHE, c->name, obj, "%s of an object of cache '%s'", op, owner->name);
+		sheaf_error(SHEAF_ERR_WRONG_CACHE, c->name, obj, "%s of an object of cache '%s'",
+			    op, owner->name);
 		return NULL;
 	}
 	uint32_t idx;
 	if (sheaf_unlikely(!index_in_slab(c, s, obj, &idx))) {
-		sheaf_error(SHEAF_ERR_INTERIOR, c->name, obj, "%s of a pointer that is not the start of an object", op);
+		sheaf_error(SHEAF_ERR_INTERIOR, c->name, obj,
+			    "%s of a pointer that is not the start of an object", op);
 		return NULL;
 	}
 	return s;
@@ -262,7 +273,8 @@ bool sheaf_slab_holds_free(struct sheaf_cache *c, const void *obj)
 {
 	struct sheaf_slab *s = sheaf_page_slab(obj);
 	uint32_t want;
-	if (!s || sheaf_rd(s->pg_kind) != SHEAF_PG_SLAB || s->sl_node->cache != c || !index_in_slab(c, s, obj, &want))
+	if (!s || sheaf_rd(s->pg_kind) != SHEAF_PG_SLAB || s->sl_node->cache != c ||
+	    !index_in_slab(c, s, obj, &want))
 		return false;
 	/* Under list_lock no pop runs on a listed slab; a lockless free only pushes in
 	 * front.  The walk is bounded by the object count whatever the list holds. */
@@ -271,7 +283,8 @@ bool sheaf_slab_holds_free(struct sheaf_cache *c, const void *obj)
 	sheaf_mutex_lock(&n->list_lock, sheaf_node_lock_id(n));
 	uint64_t fc = FC_LOAD(s);
 	uint32_t objects = SHEAF_FC_OBJECTS(fc), steps = 0;
-	for (uint32_t i = SHEAF_FC_HEAD(fc); i != SHEAF_FL_END && i < objects && steps <= objects; steps++) {
+	for (uint32_t i = SHEAF_FC_HEAD(fc); i != SHEAF_FL_END && i < objects && steps <= objects;
+	     steps++) {
 		if (i == want) {
 			found = true;
 			break;
@@ -293,8 +306,8 @@ void sheaf_slab_free_bulk(struct sheaf_cache *c, void **objs, unsigned cnt)
 			continue;
 		struct sheaf_slab *s = sheaf_page_slab(p);
 		uint32_t head;
-		if (sheaf_unlikely(!s || sheaf_rd(s->pg_kind) != SHEAF_PG_SLAB || s->sl_node->cache != c ||
-				   !index_in_slab(c, s, p, &head))) {
+		if (sheaf_unlikely(!s || sheaf_rd(s->pg_kind) != SHEAF_PG_SLAB ||
+				   s->sl_node->cache != c || !index_in_slab(c, s, p, &head))) {
 			sheaf_slab_check_obj(c, p, "free"); /* reports what is wrong */
 			continue;
 		}
@@ -317,7 +330,8 @@ void sheaf_slab_free_bulk(struct sheaf_cache *c, void **objs, unsigned cnt)
 				continue;
 			}
 			if (sheaf_unlikely(qi == head || qi == tail)) {
-				sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, q, "the object is freed twice in one batch");
+				sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, q,
+					    "the object is freed twice in one batch");
 				objs[i] = NULL;
 				continue;
 			}
@@ -348,7 +362,8 @@ static void *slab_pop_locked(struct sheaf_cache *c, struct sheaf_node *n, struct
 		uint32_t next = fp_get(c, slot_at(c, s, head));
 		if (sheaf_unlikely(next != SHEAF_FL_END && next >= objects)) {
 			remove_partial(n, s);
-			atomic_fetch_or_explicit(&s->sl_fc, SHEAF_FC_MAKE(0, 0, 0, 1), memory_order_relaxed);
+			atomic_fetch_or_explicit(&s->sl_fc, SHEAF_FC_MAKE(0, 0, 0, 1),
+						 memory_order_relaxed);
 			sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
 			sheaf_error(SHEAF_ERR_CORRUPTION, c->name, obj_at(c, s, head),
 				    "free list corrupted in this free object (write after free?)");
@@ -371,7 +386,8 @@ void *sheaf_slab_alloc_one(struct sheaf_cache *c, struct sheaf_node *n)
 	if (sheaf_rd(n->nr_partial)) {
 		sheaf_mutex_lock(&n->list_lock, sheaf_node_lock_id(n));
 		while (!sheaf_list_empty(&n->partial)) {
-			struct sheaf_slab *s = sheaf_list_first(&n->partial, struct sheaf_slab, sl_list);
+			struct sheaf_slab *s =
+				sheaf_list_first(&n->partial, struct sheaf_slab, sl_list);
 			void *obj = slab_pop_locked(c, n, s);
 			if (obj) {
 				sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
@@ -414,13 +430,14 @@ static void refill_isolate(struct sheaf_node *n, struct sheaf_list *iso, unsigne
 /* Refill step 2: take the isolated slab @s's whole freelist in one CAS, hand out up to
  * @room objects into @objs, and give the surplus back with one free (K§2.3 step 2).
  * Returns the objects handed out. */
-static unsigned refill_take_slab(struct sheaf_cache *c, struct sheaf_slab *s, void **objs, unsigned room)
+static unsigned refill_take_slab(struct sheaf_cache *c, struct sheaf_slab *s, void **objs,
+				 unsigned room)
 {
 	unsigned got = 0;
 	uint64_t old = FC_LOAD(s);
 	for (;;) {
-		uint64_t nw = SHEAF_FC_MAKE(SHEAF_FL_END, SHEAF_FC_OBJECTS(old), SHEAF_FC_OBJECTS(old),
-					    SHEAF_FC_FROZEN(old));
+		uint64_t nw = SHEAF_FC_MAKE(SHEAF_FL_END, SHEAF_FC_OBJECTS(old),
+					    SHEAF_FC_OBJECTS(old), SHEAF_FC_FROZEN(old));
 		/* acq_rel: a free that sees this slab full next takes list_lock and puts it
 		 * on the partial list; the caller's list_del must happen before that. */
 		if (atomic_compare_exchange_weak_explicit(&s->sl_fc, &old, nw, memory_order_acq_rel,
@@ -432,8 +449,9 @@ static unsigned refill_take_slab(struct sheaf_cache *c, struct sheaf_slab *s, vo
 	uint32_t idx = SHEAF_FC_HEAD(old), walked = 0;
 	while (idx != SHEAF_FL_END && got < room) {
 		if (sheaf_unlikely(idx >= objects || walked >= taken_free)) {
-			sheaf_error(SHEAF_ERR_CORRUPTION, c->name, s->sl_base,
-				    "free list corrupted in the slab at this address (write after free?)");
+			sheaf_error(
+				SHEAF_ERR_CORRUPTION, c->name, s->sl_base,
+				"free list corrupted in the slab at this address (write after free?)");
 			return got;
 		}
 		objs[got++] = obj_at(c, s, idx);
@@ -457,8 +475,8 @@ static unsigned refill_take_slab(struct sheaf_cache *c, struct sheaf_slab *s, vo
 }
 
 /* Refill step 5: new slabs of @n until @min objects are in @objs (@got already). */
-static unsigned refill_new_slabs(struct sheaf_cache *c, struct sheaf_node *n, void **objs, unsigned got,
-				 unsigned min, unsigned max)
+static unsigned refill_new_slabs(struct sheaf_cache *c, struct sheaf_node *n, void **objs,
+				 unsigned got, unsigned min, unsigned max)
 {
 	while (got < min) {
 		uint32_t take = SHEAF_MIN(max - got, c->objs_per_slab);
@@ -475,7 +493,8 @@ static unsigned refill_new_slabs(struct sheaf_cache *c, struct sheaf_node *n, vo
 	return got;
 }
 
-unsigned sheaf_slab_refill(struct sheaf_cache *c, struct sheaf_node *n, void **objs, unsigned min, unsigned max)
+unsigned sheaf_slab_refill(struct sheaf_cache *c, struct sheaf_node *n, void **objs, unsigned min,
+			   unsigned max)
 {
 	unsigned got = 0;
 	struct sheaf_list iso, unused;
@@ -485,8 +504,7 @@ unsigned sheaf_slab_refill(struct sheaf_cache *c, struct sheaf_node *n, void **o
 		refill_isolate(n, &iso, min, max);
 	/* Step 2: each isolated slab's whole freelist; slabs not needed stay unused. */
 	struct sheaf_list *pos, *tmp;
-	sheaf_list_for_each_safe(pos, tmp, &iso)
-	{
+	sheaf_list_for_each_safe(pos, tmp, &iso) {
 		struct sheaf_slab *s = sheaf_container_of(pos, struct sheaf_slab, sl_list);
 		sheaf_list_del(&s->sl_list);
 		if (got >= max)
@@ -497,8 +515,7 @@ unsigned sheaf_slab_refill(struct sheaf_cache *c, struct sheaf_node *n, void **o
 	if (!sheaf_list_empty(&unused)) {
 		/* Step 3: unused isolated slabs go back to the head of the list. */
 		sheaf_mutex_lock(&n->list_lock, sheaf_node_lock_id(n));
-		sheaf_list_for_each_safe(pos, tmp, &unused)
-		{
+		sheaf_list_for_each_safe(pos, tmp, &unused) {
 			struct sheaf_slab *s = sheaf_container_of(pos, struct sheaf_slab, sl_list);
 			sheaf_list_del(&s->sl_list);
 			add_partial(n, s, false);
@@ -518,8 +535,7 @@ void sheaf_slab_node_shrink(struct sheaf_node *n, unsigned long keep)
 	struct sheaf_list *pos, *tmp;
 	unsigned long kept = 0;
 	sheaf_mutex_lock(&n->list_lock, sheaf_node_lock_id(n));
-	sheaf_list_for_each_safe(pos, tmp, &n->partial)
-	{
+	sheaf_list_for_each_safe(pos, tmp, &n->partial) {
 		struct sheaf_slab *s = sheaf_container_of(pos, struct sheaf_slab, sl_list);
 		if (SHEAF_FC_INUSE(FC_LOAD(s)) != 0)
 			continue;
@@ -532,15 +548,15 @@ void sheaf_slab_node_shrink(struct sheaf_node *n, unsigned long keep)
 		sheaf_list_add(&s->sl_list, &victims);
 	}
 	sheaf_mutex_unlock(&n->list_lock, sheaf_node_lock_id(n));
-	sheaf_list_for_each_safe(pos, tmp, &victims)
-	{
+	sheaf_list_for_each_safe(pos, tmp, &victims) {
 		struct sheaf_slab *s = sheaf_container_of(pos, struct sheaf_slab, sl_list);
 		sheaf_list_del(&s->sl_list);
 		slab_discard(c, s);
 	}
 }
 
-void sheaf_slab_node_counts(struct sheaf_node *n, uint64_t *slabs, uint64_t *partial, uint64_t *inuse)
+void sheaf_slab_node_counts(struct sheaf_node *n, uint64_t *slabs, uint64_t *partial,
+			    uint64_t *inuse)
 {
 	struct sheaf_cache *c = n->cache;
 	uint64_t part_inuse = 0, part = 0;

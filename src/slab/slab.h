@@ -39,15 +39,15 @@ struct sheaf_node {
 	 * (any non-NULL pointer fails the test and takes the general path).  Set with
 	 * malloc_cache, before any key of this node is published. */
 	uintptr_t malloc_p2_mask;
-	int nid;                    /* this node */
-	int mem_nid;                /* node whose memory backs this node's slabs (itself, or the
+	int nid;     /* this node */
+	int mem_nid; /* node whose memory backs this node's slabs (itself, or the
 				       nearest memory node when this one is memoryless, D3) */
 	bool has_memory;
 	pthread_mutex_t list_lock;
-	struct sheaf_list partial;  /* protected by list_lock */
-	unsigned long nr_partial;   /* protected by list_lock; read racily */
-	atomic_long nr_slabs;       /* slabs of this node (memory nodes only) */
-	struct sheaf_barn *barn;    /* barn/: this node's barn, allocated with the node;
+	struct sheaf_list partial; /* protected by list_lock */
+	unsigned long nr_partial;  /* protected by list_lock; read racily */
+	atomic_long nr_slabs;      /* slabs of this node (memory nodes only) */
+	struct sheaf_barn *barn;   /* barn/: this node's barn, allocated with the node;
 				       constant while the cache lives */
 } sheaf_aligned(SHEAF_CACHELINE);
 
@@ -58,8 +58,8 @@ struct sheaf_node {
 #define SHEAF_FC_INUSE(w)   ((uint32_t)(((w) >> 16) & 0xffffu))
 #define SHEAF_FC_OBJECTS(w) ((uint32_t)(((w) >> 32) & 0xffffu))
 #define SHEAF_FC_FROZEN(w)  ((uint32_t)(((w) >> 48) & 1u))
-#define SHEAF_FC_MAKE(head, inuse, objects, frozen)                                     \
-	((uint64_t)(head) | ((uint64_t)(inuse) << 16) | ((uint64_t)(objects) << 32) |   \
+#define SHEAF_FC_MAKE(head, inuse, objects, frozen)                                   \
+	((uint64_t)(head) | ((uint64_t)(inuse) << 16) | ((uint64_t)(objects) << 32) | \
 	 ((uint64_t)(frozen) << 48))
 
 /* ---- Cache (K§1.6) ------------------------------------------------------------------ */
@@ -92,31 +92,31 @@ struct sheaf_cache_policy {
 struct sheaf_cache {
 	/* Slab layer: geometry, read-mostly, written once at creation (cache/).  The free
 	 * checks' geometry comes first: the free fast path reads it (slab/freecheck.h). */
-	uint32_t magic;              /* SHEAF_CACHE_LIVE or SHEAF_CACHE_DEAD */
-	bool free_checks;            /* interior-pointer and mark checks on every free */
-	uint8_t free_mark;           /* ... and the free mark is used (not under ASan/memcheck,
+	uint32_t magic;       /* SHEAF_CACHE_LIVE or SHEAF_CACHE_DEAD */
+	bool free_checks;     /* interior-pointer and mark checks on every free */
+	uint8_t free_mark;    /* ... and the free mark is used (not under ASan/memcheck,
 					which track freed objects themselves): SHEAF_MARK_* */
-	uint32_t mark_offset;        /* offset of the 8-byte free mark from the object start:
+	uint32_t mark_offset; /* offset of the 8-byte free mark from the object start:
 					8 (in the object), or past the object (constructor,
 					TYPESAFE_BY_RCU: their free objects keep their bytes) */
-	uint32_t slot_recip;         /* ceil(2^32 / slot_size): slot index by a multiply */
-	uintptr_t slab_mask;         /* slab bytes - 1 (slabs are aligned to their size) */
-	uintptr_t start_mask;        /* slot bytes - 1 when that is a power of two, else 0:
+	uint32_t slot_recip;  /* ceil(2^32 / slot_size): slot index by a multiply */
+	uintptr_t slab_mask;  /* slab bytes - 1 (slabs are aligned to their size) */
+	uintptr_t start_mask; /* slot bytes - 1 when that is a power of two, else 0:
 					then an object start is p & start_mask == 0 */
-	size_t slot_size;            /* stride between slots */
-	uint32_t id;                 /* index into per-thread tables */
-	uint32_t flags;              /* SHEAF_* cache flags */
-	uint32_t debug_flags;        /* SHEAF_DEBUG_* in effect (debug caches have no sheaves) */
-	uint32_t order;              /* slab = SHEAF_PAGE_SIZE << order */
+	size_t slot_size;     /* stride between slots */
+	uint32_t id;          /* index into per-thread tables */
+	uint32_t flags;       /* SHEAF_* cache flags */
+	uint32_t debug_flags; /* SHEAF_DEBUG_* in effect (debug caches have no sheaves) */
+	uint32_t order;       /* slab = SHEAF_PAGE_SIZE << order */
 	uint32_t objs_per_slab;
 	uint32_t min_partial;
-	uint32_t obj_offset;         /* user object offset within the slot (red zone) */
-	uint32_t freeptr_offset;     /* where a free slot keeps its next index */
-	uint32_t debug_offset;       /* debug metadata offset within the slot */
-	size_t object_size;          /* requested size */
+	uint32_t obj_offset;     /* user object offset within the slot (red zone) */
+	uint32_t freeptr_offset; /* where a free slot keeps its next index */
+	uint32_t debug_offset;   /* debug metadata offset within the slot */
+	size_t object_size;      /* requested size */
 	size_t align;
 	/* Per-CPU layer (percpu/). */
-	atomic_uint sheaf_capacity;  /* capacity of new sheaves (D2: changeable at run time) */
+	atomic_uint sheaf_capacity; /* capacity of new sheaves (D2: changeable at run time) */
 	uint32_t capacity_default;
 	/* Adaptive capacity (docs/design.md, D2): capacity_ladder[0] is capacity_default,
 	 * each next step about twice the last, up to capacity_steps - 1; the current
@@ -129,22 +129,22 @@ struct sheaf_cache {
 	_Atomic uint64_t capacity_grows, capacity_shrinks; /* gauges of the same names */
 	/* Slab layer. */
 	void (*ctor)(void *);
-	uint64_t random;             /* freelist encoding secret */
+	uint64_t random; /* freelist encoding secret */
 	char name[48];
-	bool kernel_compat;          /* SHEAF_KERNEL_COMPAT asked for; its consequences: */
+	bool kernel_compat;               /* SHEAF_KERNEL_COMPAT asked for; its consequences: */
 	struct sheaf_cache_policy policy; /* written once at creation */
 
 	struct sheaf_node *node[SHEAF_MAX_NODES]; /* every node with CPUs or memory */
 
 	/* Per-CPU layer (percpu/). */
-	struct sheaf_list cache_list;  /* sheaf_reg.caches; protected by sheaf_reg.caches_lock */
+	struct sheaf_list cache_list; /* sheaf_reg.caches; protected by sheaf_reg.caches_lock */
 	pthread_mutex_t prefilled_lock;
-	struct sheaf_list prefilled;   /* prefilled sheaves lent to the program (through
+	struct sheaf_list prefilled; /* prefilled sheaves lent to the program (through
 					  sheaf->link), for the double-free search;
 					  protected by prefilled_lock */
 	pthread_mutex_t pcs_lock;
-	struct sheaf_list pcs_list;    /* per-thread pcs; protected by pcs_lock */
-	struct sheaf_pcs **cpu_pcs;    /* per-CPU mode: one per possible CPU */
+	struct sheaf_list pcs_list; /* per-thread pcs; protected by pcs_lock */
+	struct sheaf_pcs **cpu_pcs; /* per-CPU mode: one per possible CPU */
 
 	/* RCU layer (rcu/rcu_free.c). */
 	atomic_long rcu_inflight_sheaves; /* handed to call_rcu, callback not finished */
@@ -152,11 +152,11 @@ struct sheaf_cache {
 	void *rcu_priv;                   /* owned by rcu_free.c */
 
 	/* Cache layer: the background reaper (cache/reaper.c). */
-	atomic_int reaping;   /* the reaper is shrinking this cache; destroy waits for 0 */
-	bool is_meta;         /* an internal metadata cache (cache/meta.c): never reaped */
-	bool reap_seen;       /* the reaper's own (reaper.c), touched only while it pins the cache */
-	bool reap_clean;      /* the reaper's own: shrunk, untouched since */
-	uint64_t reap_sig;    /* the reaper's own: activity signature at its last visit */
+	atomic_int reaping; /* the reaper is shrinking this cache; destroy waits for 0 */
+	bool is_meta;       /* an internal metadata cache (cache/meta.c): never reaped */
+	bool reap_seen;     /* the reaper's own (reaper.c), touched only while it pins the cache */
+	bool reap_clean;    /* the reaper's own: shrunk, untouched since */
+	uint64_t reap_sig;  /* the reaper's own: activity signature at its last visit */
 
 	/* Statistics: every layer counts here. */
 	_Atomic uint64_t stat_atomic[SHEAF_STAT_NR]; /* events outside any pcs */
@@ -192,7 +192,8 @@ struct sheaf_slab *sheaf_slab_check_obj(struct sheaf_cache *c, const void *obj, 
 /* Discard completely free slabs of @n beyond @keep (shrink: keep 0). */
 void sheaf_slab_node_shrink(struct sheaf_node *n, unsigned long keep);
 /* Objects in use on slabs of @n and the slab counts (gauges). */
-void sheaf_slab_node_counts(struct sheaf_node *n, uint64_t *slabs, uint64_t *partial, uint64_t *inuse);
+void sheaf_slab_node_counts(struct sheaf_node *n, uint64_t *slabs, uint64_t *partial,
+			    uint64_t *inuse);
 bool sheaf_slab_is_valid(struct sheaf_cache *c, struct sheaf_slab *s);
 bool sheaf_slab_node_is_valid(struct sheaf_node *n);
 /* Release every slab of @n whose objects are all free; returns objects still in use. */

@@ -63,24 +63,25 @@
 
 #if SHEAF_TRACK_VALGRIND
 #define sheaf_track_vg_malloc(p, n, defined) VALGRIND_MALLOCLIKE_BLOCK((p), (n), 0, (defined))
-#define sheaf_track_vg_free(p) VALGRIND_FREELIKE_BLOCK((p), 0)
-#define sheaf_track_vg_noaccess(p, n) VALGRIND_MAKE_MEM_NOACCESS((p), (n))
-#define sheaf_track_vg_undefined(p, n) VALGRIND_MAKE_MEM_UNDEFINED((p), (n))
-#define sheaf_track_vg_defined(p, n) VALGRIND_MAKE_MEM_DEFINED((p), (n))
+#define sheaf_track_vg_free(p)               VALGRIND_FREELIKE_BLOCK((p), 0)
+#define sheaf_track_vg_noaccess(p, n)        VALGRIND_MAKE_MEM_NOACCESS((p), (n))
+#define sheaf_track_vg_undefined(p, n)       VALGRIND_MAKE_MEM_UNDEFINED((p), (n))
+#define sheaf_track_vg_defined(p, n)         VALGRIND_MAKE_MEM_DEFINED((p), (n))
 #else
 #define sheaf_track_vg_malloc(p, n, defined) ((void)(p), (void)(n), (void)(defined))
-#define sheaf_track_vg_free(p) ((void)(p))
-#define sheaf_track_vg_noaccess(p, n) ((void)(p), (void)(n))
-#define sheaf_track_vg_undefined(p, n) ((void)(p), (void)(n))
-#define sheaf_track_vg_defined(p, n) ((void)(p), (void)(n))
+#define sheaf_track_vg_free(p)               ((void)(p))
+#define sheaf_track_vg_noaccess(p, n)        ((void)(p), (void)(n))
+#define sheaf_track_vg_undefined(p, n)       ((void)(p), (void)(n))
+#define sheaf_track_vg_defined(p, n)         ((void)(p), (void)(n))
 #endif
 
 #if SHEAF_TRACK_ASAN
 #define sheaf_track_asan_poison(p, n) __asan_poison_memory_region((const volatile void *)(p), (n))
-#define sheaf_track_asan_unpoison(p, n) __asan_unpoison_memory_region((const volatile void *)(p), (n))
+#define sheaf_track_asan_unpoison(p, n) \
+	__asan_unpoison_memory_region((const volatile void *)(p), (n))
 #define sheaf_track_asan_is_poisoned(p) __asan_address_is_poisoned((const volatile void *)(p))
 #else
-#define sheaf_track_asan_poison(p, n) ((void)(p), (void)(n))
+#define sheaf_track_asan_poison(p, n)   ((void)(p), (void)(n))
 #define sheaf_track_asan_unpoison(p, n) ((void)(p), (void)(n))
 #define sheaf_track_asan_is_poisoned(p) ((void)(p), 0)
 #endif
@@ -88,34 +89,34 @@
 /* An object of @size bytes at @p is handed to the program.  @defined: its
  * contents are meaningful (a constructor ran, or it was zeroed), otherwise
  * memcheck treats them as uninitialised, as it does malloc's. */
-#define sheaf_track_alloc(p, size, defined)                                    \
-	do {                                                                   \
-		sheaf_track_asan_unpoison((p), (size));                        \
-		sheaf_track_vg_malloc((p), (size), (defined));                 \
+#define sheaf_track_alloc(p, size, defined)                    \
+	do {                                                   \
+		sheaf_track_asan_unpoison((p), (size));        \
+		sheaf_track_vg_malloc((p), (size), (defined)); \
 	} while (0)
 
 /* The object at @p (@size bytes, or its whole slot) is taken back. */
-#define sheaf_track_free(p, size)                                              \
-	do {                                                                   \
-		sheaf_track_vg_free((p));                                      \
-		sheaf_track_asan_poison((p), (size));                          \
+#define sheaf_track_free(p, size)                     \
+	do {                                          \
+		sheaf_track_vg_free((p));             \
+		sheaf_track_asan_poison((p), (size)); \
 	} while (0)
 
 /* Raw state changes of memory that is not a program's object. */
-#define sheaf_track_mem_noaccess(p, n)                                         \
-	do {                                                                   \
-		sheaf_track_vg_noaccess((p), (n));                             \
-		sheaf_track_asan_poison((p), (n));                             \
+#define sheaf_track_mem_noaccess(p, n)             \
+	do {                                       \
+		sheaf_track_vg_noaccess((p), (n)); \
+		sheaf_track_asan_poison((p), (n)); \
 	} while (0)
-#define sheaf_track_mem_undefined(p, n)                                        \
-	do {                                                                   \
-		sheaf_track_asan_unpoison((p), (n));                           \
-		sheaf_track_vg_undefined((p), (n));                            \
+#define sheaf_track_mem_undefined(p, n)              \
+	do {                                         \
+		sheaf_track_asan_unpoison((p), (n)); \
+		sheaf_track_vg_undefined((p), (n));  \
 	} while (0)
-#define sheaf_track_mem_defined(p, n)                                          \
-	do {                                                                   \
-		sheaf_track_asan_unpoison((p), (n));                           \
-		sheaf_track_vg_defined((p), (n));                              \
+#define sheaf_track_mem_defined(p, n)                \
+	do {                                         \
+		sheaf_track_asan_unpoison((p), (n)); \
+		sheaf_track_vg_defined((p), (n));    \
 	} while (0)
 
 /* ASan only: true if the first byte at @p is poisoned (a free object); 0
