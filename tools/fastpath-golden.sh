@@ -31,9 +31,12 @@
 #
 # The malloc front end's sheaf_malloc and sheaf_free (src/malloc/malloc.h) are counted the
 # same way, for a power-of-two size class (64 or 256 bytes, the benchmark's rows).
-# sheaf_malloc, 25: the size bound and the table load of the class cache (9), the same pop
-# as sheaf_cache_alloc (11), the kind of mark and its clearing (4), ret.  sheaf_free, 33:
-# the page-map key (subtract, bound, shift, load, zero test: 12), one test of the node's
+# sheaf_malloc, 22: the size bound and the table load of the class cache (9), the same pop
+# as sheaf_cache_alloc (11), the mark's clearing (1: a class cache's mark, if any, is always
+# the second word, so its kind is not tested; 4 until 2026-11-27), ret.  sheaf_free, 31:
+# the page-map key (subtract, bound, shift, load, zero test: 10; 12 until 2026-11-27, when
+# sheaf_heap and sheaf_page_fast_limit became hidden symbols, read RIP-relative without a
+# lea each), one test of the node's
 # malloc_p2_mask that covers "a class with a power-of-two slot and the free mark, and an
 # object start" (and, with its copy and branch, and the load of the class cache: 4), the push
 # with the free mark (17 with ret).  Until 2026-11-25 the checks cost sheaf_free 7 more

@@ -77,10 +77,10 @@ struct sheaf_heap {
 	unsigned purge_order;
 };
 #define SHEAF_BLOCK_STILL_MAPPED 0x80000000u
-extern struct sheaf_heap sheaf_heap;
+extern struct sheaf_heap sheaf_heap sheaf_hidden; /* hidden: RIP-relative loads on the fast paths */
 /* The free fast paths (percpu/rseq.h, malloc/malloc.h) accept a pointer p with
  * p - sheaf_heap.base below this: the covered size, or 0 while the gate is closed. */
-extern uintptr_t sheaf_page_fast_limit;
+extern uintptr_t sheaf_page_fast_limit sheaf_hidden;
 /* Close (or reopen) the free fast paths: every free then takes the slow path. */
 void sheaf_page_fast_gate(bool closed);
 int sheaf_page_init(void);
