@@ -33,20 +33,14 @@ struct opt {
 	int set; /* set by sheaf_option_set() */
 };
 
-#define OPT(n, t, d, h, st)                                                          \
-	{                                                                            \
-		.name = (n), .type = (t), .def = (d), .help = (h), .stability = (st) \
-	}
-#define OPTL(n, d, lo, hi, h, st)                                                          \
-	{                                                                                  \
-		.name = (n), .type = OPT_LONG, .def = (d), .help = (h), .stability = (st), \
-		.min = (lo), .max = (hi)                                                   \
-	}
-#define OPTC(n, d, ch, h, st)                                                             \
-	{                                                                                 \
-		.name = (n), .type = OPT_STR, .def = (d), .help = (h), .stability = (st), \
-		.choices = (ch)                                                           \
-	}
+/* The table keeps one option a line (tests/integration/test_man_pages.sh reads it so). */
+/* clang-format off */
+#define OPT(n, t, d, h, st) { .name = (n), .type = (t), .def = (d), .help = (h), .stability = (st) }
+#define OPTL(n, d, lo, hi, h, st)                                                                  \
+	{ .name = (n), .type = OPT_LONG, .def = (d), .help = (h), .stability = (st), .min = (lo),  \
+	  .max = (hi) }
+#define OPTC(n, d, ch, h, st)                                                                      \
+	{ .name = (n), .type = OPT_STR, .def = (d), .help = (h), .stability = (st), .choices = (ch) }
 
 /* The reaper (reaper.c) is on by default, except under ThreadSanitizer: TSan kills a
  * forked child that starts a thread when the parent had more than one. */
@@ -57,74 +51,27 @@ struct opt {
 #endif
 
 static struct opt opts[SHEAF_OPT_NR] = {
-	[SHEAF_OPT_STATS] = OPT("STATS", OPT_BOOL, "0",
-				"print every cache's statistics at exit (1: text, json: JSON)",
-				"stable"),
-	[SHEAF_OPT_ON_ERROR] = OPTC(
-		"ON_ERROR", "abort", "abort|warn",
-		"abort | warn: what a detected misuse does (warn reports and leaks the object)",
-		"stable"),
-	[SHEAF_OPT_SHEAF_CAPACITY] = OPTL(
-		"SHEAF_CAPACITY", "0", 0, SHEAF_MAX_SHEAF_CAPACITY,
-		"sheaf capacity of every cache without an explicit one (0: D1 default)", "stable"),
-	[SHEAF_OPT_FAKE_NUMA] = OPT(
-		"FAKE_NUMA", OPT_STR, "",
-		"fake topology: \"N\" nodes, CPU i on node i % N; \"N:memoryless=1,3\" makes nodes 1 and 3 memoryless",
-		"stable"),
-	[SHEAF_OPT_PERCPU] = OPTC(
-		"PERCPU", "auto", "auto|rseq|thread",
-		"auto | rseq | thread: per-CPU sheaves with rseq, or per-thread sheaves", "stable"),
-	[SHEAF_OPT_HEAP_GB] = OPTL(
-		"HEAP_GB", "64", 0, 65536,
-		"cap of the slab heap, GiB: address space is taken in 2 MiB blocks as slabs need it, nothing is reserved ahead (docs/malloc.md, Limits); 0: no heap, the core cannot start",
-		"stable"),
-	[SHEAF_OPT_PURGE_ORDER] =
-		OPTL("PURGE_ORDER", "4", 0, SHEAF_BLOCK_ORDER,
-		     "free page runs of 4 KiB << n are given back to the OS at once", "evolving"),
-	[SHEAF_OPT_BARN_MAX_FULL] = OPTL(
-		"BARN_MAX_FULL", "0", 0, 65536,
-		"soft limit of full sheaves per barn, the ceiling of the EWMA working set (D6); 0: as many as fit in SHEAF_BARN_BYTES, at least 10 (Linux 7.0's constant)",
-		"stable"),
-	[SHEAF_OPT_BARN_MAX_EMPTY] = OPTL(
-		"BARN_MAX_EMPTY", "0", 0, 65536,
-		"soft limit of empty sheaves per barn; 0: the same as the full limit", "stable"),
-	[SHEAF_OPT_BARN_BYTES] = OPTL(
-		"BARN_BYTES", "4194304", 0, (1L << 34),
-		"object bytes a barn's full sheaves may hold when BARN_MAX_FULL is 0 (the limit is 10..256 sheaves)",
-		"evolving"),
-	[SHEAF_OPT_BARN_EWMA] = OPT("BARN_EWMA", OPT_BOOL, "1",
-				    "trim barns to an EWMA of their working set, gradually (D6)",
-				    "evolving"),
-	[SHEAF_OPT_KERNEL_COMPAT] =
-		OPT("KERNEL_COMPAT", OPT_BOOL, "0",
-		    "every cache behaves like Linux 7.0 (no D1-D7), for comparison", "testing"),
-	[SHEAF_OPT_SLAB_DEBUG] = OPT(
-		"SLAB_DEBUG", OPT_STR, "",
-		"debug caches, kernel slab_debug= syntax: \"FZPU\" for all, \"FZPU,name1,name2\" for some",
-		"stable"),
-	[SHEAF_OPT_RCU_BARRIER] = OPTC(
-		"RCU_BARRIER", "cache", "cache|global",
-		"cache | global: what sheaf_cache_destroy waits for (global: for comparison only)",
-		"testing"),
-	[SHEAF_OPT_VERBOSE] = OPT("VERBOSE", OPT_BOOL, "0",
-				  "print the effective options and topology at start", "stable"),
-	[SHEAF_OPT_DEBUG_OBJECTS] = OPT(
-		"DEBUG_OBJECTS", OPT_BOOL, "1",
-		"the debug-objects tracker (sheaf_debug.h) is active when the program uses it; 0 turns every hook into a no-op",
-		"stable"),
-	[SHEAF_OPT_REAP_MS] = OPTL(
-		"REAP_MS", SHEAF_REAP_MS_DEFAULT, 0, 3600000,
-		"period of the background reaper, ms: caches idle for one period are shrunk (sheaves, barns and free pages back to the OS); 0: no reaper thread (the default in TSan builds, where a second thread stops forked children from starting threads)",
-		"evolving"),
-	[SHEAF_OPT_FREE_CHECKS] = OPT(
-		"FREE_CHECKS", OPT_BOOL, "1",
-		"every free checks that the pointer is the start of an object and not already free (mark in the free object, docs/debugging.md); 0: only the cheaper checks of the slow paths (for comparison)",
-		"stable"),
-	[SHEAF_OPT_DEBUG_OBJECTS_POOL] = OPTC(
-		"DEBUG_OBJECTS_POOL", "batched", "batched|single",
-		"batched | single: the tracker's record pool (single: one record at a time, for comparison only)",
-		"testing"),
+	[SHEAF_OPT_STATS] = OPT("STATS", OPT_BOOL, "0", "print every cache's statistics at exit (1: text, json: JSON)", "stable"),
+	[SHEAF_OPT_ON_ERROR] = OPTC("ON_ERROR", "abort", "abort|warn", "abort | warn: what a detected misuse does (warn reports and leaks the object)", "stable"),
+	[SHEAF_OPT_SHEAF_CAPACITY] = OPTL("SHEAF_CAPACITY", "0", 0, SHEAF_MAX_SHEAF_CAPACITY, "sheaf capacity of every cache without an explicit one (0: D1 default)", "stable"),
+	[SHEAF_OPT_FAKE_NUMA] = OPT("FAKE_NUMA", OPT_STR, "", "fake topology: \"N\" nodes, CPU i on node i % N; \"N:memoryless=1,3\" makes nodes 1 and 3 memoryless", "stable"),
+	[SHEAF_OPT_PERCPU] = OPTC("PERCPU", "auto", "auto|rseq|thread", "auto | rseq | thread: per-CPU sheaves with rseq, or per-thread sheaves", "stable"),
+	[SHEAF_OPT_HEAP_GB] = OPTL("HEAP_GB", "64", 0, 65536, "cap of the slab heap, GiB: address space is taken in 2 MiB blocks as slabs need it, nothing is reserved ahead (docs/malloc.md, Limits); 0: no heap, the core cannot start", "stable"),
+	[SHEAF_OPT_PURGE_ORDER] = OPTL("PURGE_ORDER", "4", 0, SHEAF_BLOCK_ORDER, "free page runs of 4 KiB << n are given back to the OS at once", "evolving"),
+	[SHEAF_OPT_BARN_MAX_FULL] = OPTL("BARN_MAX_FULL", "0", 0, 65536, "soft limit of full sheaves per barn, the ceiling of the EWMA working set (D6); 0: as many as fit in SHEAF_BARN_BYTES, at least 10 (Linux 7.0's constant)", "stable"),
+	[SHEAF_OPT_BARN_MAX_EMPTY] = OPTL("BARN_MAX_EMPTY", "0", 0, 65536, "soft limit of empty sheaves per barn; 0: the same as the full limit", "stable"),
+	[SHEAF_OPT_BARN_BYTES] = OPTL("BARN_BYTES", "4194304", 0, (1L << 34), "object bytes a barn's full sheaves may hold when BARN_MAX_FULL is 0 (the limit is 10..256 sheaves)", "evolving"),
+	[SHEAF_OPT_BARN_EWMA] = OPT("BARN_EWMA", OPT_BOOL, "1", "trim barns to an EWMA of their working set, gradually (D6)", "evolving"),
+	[SHEAF_OPT_KERNEL_COMPAT] = OPT("KERNEL_COMPAT", OPT_BOOL, "0", "every cache behaves like Linux 7.0 (no D1-D7), for comparison", "testing"),
+	[SHEAF_OPT_SLAB_DEBUG] = OPT("SLAB_DEBUG", OPT_STR, "", "debug caches, kernel slab_debug= syntax: \"FZPU\" for all, \"FZPU,name1,name2\" for some", "stable"),
+	[SHEAF_OPT_RCU_BARRIER] = OPTC("RCU_BARRIER", "cache", "cache|global", "cache | global: what sheaf_cache_destroy waits for (global: for comparison only)", "testing"),
+	[SHEAF_OPT_VERBOSE] = OPT("VERBOSE", OPT_BOOL, "0", "print the effective options and topology at start", "stable"),
+	[SHEAF_OPT_DEBUG_OBJECTS] = OPT("DEBUG_OBJECTS", OPT_BOOL, "1", "the debug-objects tracker (sheaf_debug.h) is active when the program uses it; 0 turns every hook into a no-op", "stable"),
+	[SHEAF_OPT_REAP_MS] = OPTL("REAP_MS", SHEAF_REAP_MS_DEFAULT, 0, 3600000, "period of the background reaper, ms: caches idle for one period are shrunk (sheaves, barns and free pages back to the OS); 0: no reaper thread (the default in TSan builds, where a second thread stops forked children from starting threads)", "evolving"),
+	[SHEAF_OPT_FREE_CHECKS] = OPT("FREE_CHECKS", OPT_BOOL, "1", "every free checks that the pointer is the start of an object and not already free (mark in the free object, docs/debugging.md); 0: only the cheaper checks of the slow paths (for comparison)", "stable"),
+	[SHEAF_OPT_DEBUG_OBJECTS_POOL] = OPTC("DEBUG_OBJECTS_POOL", "batched", "batched|single", "batched | single: the tracker's record pool (single: one record at a time, for comparison only)", "testing"),
 };
+/* clang-format on */
 
 /* Is @v one of the '|'-separated words of @choices? */
 static bool is_choice(const char *choices, const char *v)
