@@ -104,15 +104,14 @@ SHEAF_API void sheaf_stats_reset(struct sheaf_cache *c)
 
 /* ---- One emitter, two formats ----------------------------------------------------- */
 
-#define GAUGES(X)                                                                               \
-	X(object_size)                                                                          \
-	X(slot_size) X(objs_per_slab) X(slab_order) X(sheaf_capacity) X(slabs) X(partial_slabs) \
-		X(objects_total) X(objects_inuse) X(objects_cached) X(objects_in_pcs)           \
-			X(objects_in_barns) X(barn_full) X(barn_empty) X(rcu_inflight_sheaves)  \
-				X(rcu_inflight_objects) X(bytes_from_os) X(bytes_returned)      \
-					X(nodes) X(percpu_slots) X(barn_locks) X(barn_objects)  \
-						X(pcs_lock_waits) X(capacity_default)           \
-							X(capacity_grows) X(capacity_shrinks)
+/* clang-format off */
+#define GAUGES(X)                                                                                          \
+	X(object_size) X(slot_size) X(objs_per_slab) X(slab_order) X(sheaf_capacity) X(slabs) X(partial_slabs) \
+	X(objects_total) X(objects_inuse) X(objects_cached) X(objects_in_pcs) X(objects_in_barns) X(barn_full) \
+	X(barn_empty) X(rcu_inflight_sheaves) X(rcu_inflight_objects) X(bytes_from_os) X(bytes_returned)     \
+	X(nodes) X(percpu_slots) X(barn_locks) X(barn_objects) X(pcs_lock_waits) \
+	X(capacity_default) X(capacity_grows) X(capacity_shrinks)
+/* clang-format on */
 
 static void emit(struct sheaf_cache *c, FILE *f, bool json)
 {
