@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * extent.c - large blocks of the malloc front end (docs/malloc.md): the extent registry
- * (a sharded hash table of live extents, keyed by address, so that no header is read
- * from a pointer before it is known to be ours), the extent cache (size bins, best fit,
- * split and merge, growth with mremap, ageing) and the extents themselves.
+ * extent.c - large blocks of the malloc front end (docs/malloc.md): the extent cache
+ * (size bins, best fit, split and merge, growth with mremap, ageing) and the extents
+ * themselves; the registry of live extents is extent_registry.c.
  *
  * Locks: xc.lock (the cache), then one registry shard lock at a time; both are taken by
  * the fork walk of the lock table (base/lock.h) through malloc_extent_fork_register().
@@ -19,167 +18,6 @@
 #include <unistd.h>
 
 #include "malloc/malloc_impl.h"
-
-/* ---- Extent registry -------------------------------------------------------------- */
-
-#define EXT_SHARDS 16u
-#define EXT_EMPTY 0u
-#define EXT_DEAD 1u
-
-struct ext_slot {
-	uintptr_t addr; /* EXT_EMPTY, EXT_DEAD or the extent's address */
-	size_t len;     /* mapped bytes, a multiple of PAGE */
-};
-
-struct ext_shard {
-	pthread_mutex_t lock;
-	struct ext_slot *tab; /* mmap'd, cap slots; protected by lock */
-	size_t cap, live, dead;
-} __attribute__((aligned(64)));
-
-static struct ext_shard ext_shards[EXT_SHARDS] = {
-	[0 ... EXT_SHARDS - 1] = { .lock = PTHREAD_MUTEX_INITIALIZER },
-};
-
-static uint64_t ext_hash(uintptr_t a)
-{
-	return (uint64_t)(a >> 12) * 0x9e3779b97f4a7c15ull;
-}
-
-static struct ext_shard *ext_shard_of(uint64_t h)
-{
-	return &ext_shards[h >> 60];
-}
-
-/* Find @a's slot, or the empty slot that ends its probe sequence. */
-static struct ext_slot *ext_find_locked(struct ext_shard *s, uintptr_t a, uint64_t h)
-{
-	size_t mask = s->cap - 1;
-	for (size_t i = (h >> 16) & mask;; i = (i + 1) & mask) {
-		struct ext_slot *e = &s->tab[i];
-		if (e->addr == a || e->addr == EXT_EMPTY)
-			return e;
-	}
-}
-
-/* Rebuild the table so that one more insertion keeps it at most 3/4 full,
- * tombstones included.  The table lives in its own mapping: the registry
- * must not depend on malloc. */
-static bool ext_grow_locked(struct ext_shard *s)
-{
-	size_t cap = s->cap ? s->cap : 256;
-	while ((s->live + 1) * 2 > cap)
-		cap *= 2;
-	struct ext_slot *t = sheaf_os_map(cap * sizeof(*t));
-	if (!t)
-		return false;
-	struct ext_slot *old = s->tab;
-	size_t oldcap = s->cap;
-	s->tab = t;
-	s->cap = cap;
-	s->dead = 0;
-	for (size_t i = 0; i < oldcap; i++) {
-		if (old[i].addr > EXT_DEAD)
-			*ext_find_locked(s, old[i].addr, ext_hash(old[i].addr)) = old[i];
-	}
-	if (old)
-		(void)sheaf_os_unmap(old, oldcap * sizeof(*old)); /* reported if it fails */
-	return true;
-}
-
-/* Bytes of live extents (registered, not cached): the extent cache's bound
- * grows with them (xc_bound). */
-static _Atomic size_t ext_live_bytes;
-
-static size_t xc_bound(void);
-static bool ext_insert(void *p, size_t len)
-{
-	uintptr_t a = (uintptr_t)p;
-	uint64_t h = ext_hash(a);
-	struct ext_shard *s = ext_shard_of(h);
-	bool ok = true;
-	sheaf_mutex_lock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
-	/* Growing fails only when no memory is left; the table then fills
-	 * further, as long as an empty slot remains to end every probe. */
-	if ((s->live + s->dead + 1) * 4 > s->cap * 3 && !ext_grow_locked(s))
-		ok = s->live + s->dead + 2 <= s->cap;
-	if (ok) {
-		/* @a is not in the table (it is a live mapping of ours): take
-		 * the first tombstone on its probe sequence, else the empty
-		 * slot that ends it. */
-		size_t mask = s->cap - 1;
-		struct ext_slot *e;
-		for (size_t i = (h >> 16) & mask;; i = (i + 1) & mask) {
-			e = &s->tab[i];
-			if (e->addr == EXT_DEAD) {
-				s->dead--;
-				break;
-			}
-			if (e->addr == EXT_EMPTY)
-				break;
-		}
-		e->addr = a;
-		e->len = len;
-		s->live++;
-		atomic_fetch_add_explicit(&ext_live_bytes, len, memory_order_relaxed);
-	}
-	sheaf_mutex_unlock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
-	return ok;
-}
-
-/* Length of the extent at @p, 0 if @p is not an extent's address.  With
- * @remove, it stops being one (so a second free of it is detected). */
-size_t malloc_extent_lookup(const void *p, bool remove)
-{
-	uintptr_t a = (uintptr_t)p;
-	uint64_t h = ext_hash(a);
-	struct ext_shard *s = ext_shard_of(h);
-	size_t len = 0;
-	sheaf_mutex_lock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
-	if (s->cap) {
-		struct ext_slot *e = ext_find_locked(s, a, h);
-		if (e->addr == a) {
-			len = e->len;
-			if (remove) {
-				atomic_fetch_sub_explicit(&ext_live_bytes, len, memory_order_relaxed);
-				e->addr = EXT_DEAD;
-				s->live--;
-				s->dead++;
-			}
-		}
-	}
-	sheaf_mutex_unlock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
-	return len;
-}
-
-/* The extent at @p (registered) now has @len bytes. */
-static void ext_set_len(const void *p, size_t len)
-{
-	uintptr_t a = (uintptr_t)p;
-	uint64_t h = ext_hash(a);
-	struct ext_shard *s = ext_shard_of(h);
-	sheaf_mutex_lock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
-	struct ext_slot *e = ext_find_locked(s, a, h);
-	if (e->addr == a)
-		e->len = len;
-	sheaf_mutex_unlock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
-}
-
-/* Extents the program holds: how many and their mapped bytes (mallinfo's hblks and
- * hblkhd).  Walks every shard's table under its lock: for introspection only. */
-void sheaf_malloc_extent_live_stat(size_t *count, size_t *bytes)
-{
-	*count = *bytes = 0;
-	for (unsigned int i = 0; i < EXT_SHARDS; i++) {
-		struct ext_shard *s = &ext_shards[i];
-		sheaf_mutex_lock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
-		for (size_t k = 0; k < s->cap; k++)
-			if (s->tab[k].addr > EXT_DEAD)
-				*bytes += s->tab[k].len;
-		*count += s->live;
-		sheaf_mutex_unlock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
-	}
-}
 
 /* ---- Extent cache ------------------------------------------------------------------ */
 
@@ -347,7 +185,7 @@ static void xc_unlink_locked(struct xc_node *x)
  * in flight, and splitting and merging need room beyond that. */
 static size_t xc_bound(void)
 {
-	size_t live = atomic_load_explicit(&ext_live_bytes, memory_order_relaxed);
+	size_t live = malloc_extent_live_bytes();
 	if (live < SHEAF_MALLOC_EXTENT_CACHE_BYTES)
 		return SHEAF_MALLOC_EXTENT_CACHE_BYTES;
 	return live < SHEAF_MALLOC_EXTENT_CACHE_MAX ? live : SHEAF_MALLOC_EXTENT_CACHE_MAX;
@@ -700,7 +538,7 @@ void *malloc_large_alloc(size_t n, size_t align, bool zero)
 		}
 		CTR_INC(extent_maps);
 	}
-	if (unlikely(!ext_insert(p, len))) {
+	if (unlikely(!malloc_extent_register(p, len))) {
 		(void)sheaf_os_unmap(p, len);
 		errno = ENOMEM;
 		return NULL;
@@ -724,7 +562,7 @@ void *malloc_extent_resize(void *p, size_t len, size_t n)
 	/* In place first: a shrink always is, a growth when the pages after it are free.
 	 * Nobody else may use @p meanwhile (it is being reallocated). */
 	if (sheaf_sys_mremap(p, len, nlen, 0, NULL) != MAP_FAILED) {
-		ext_set_len(p, nlen);
+		malloc_extent_set_len(p, nlen);
 		CTR_INC(extent_remaps);
 		return p;
 	}
@@ -740,7 +578,7 @@ void *malloc_extent_resize(void *p, size_t len, size_t n)
 		errno = ENOMEM;
 		return NULL;
 	}
-	if (unlikely(!ext_insert(q, nlen))) {
+	if (unlikely(!malloc_extent_register(q, nlen))) {
 		(void)sheaf_os_unmap(q, nlen);
 		errno = ENOMEM;
 		return NULL;
@@ -761,7 +599,8 @@ void *malloc_extent_resize(void *p, size_t len, size_t n)
 
 /* ---- fork (malloc.c's handlers) ------------------------------------------------------ */
 
-/* fork: ranks MALLOC_EXTENTS and MALLOC_SHARD of the lock table (base/lock.h). */
+/* fork: rank MALLOC_EXTENTS of the lock table (base/lock.h); MALLOC_SHARD is the
+ * registry's (extent_registry.c). */
 static void fork_take_extents(void)
 {
 	sheaf_mutex_lock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
@@ -773,23 +612,9 @@ static void fork_release_extents(bool child)
 	sheaf_mutex_unlock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 }
 
-static void fork_take_shards(void)
-{
-	for (unsigned int i = 0; i < EXT_SHARDS; i++)
-		sheaf_mutex_lock(&ext_shards[i].lock, SHEAF_LOCK_MALLOC_SHARD);
-}
-
-static void fork_release_shards(bool child)
-{
-	(void)child;
-	for (unsigned int i = EXT_SHARDS; i-- > 0;)
-		sheaf_mutex_unlock(&ext_shards[i].lock, SHEAF_LOCK_MALLOC_SHARD);
-}
-
 void malloc_extent_fork_register(void)
 {
 	static const struct sheaf_fork_ops ext = { fork_take_extents, fork_release_extents };
-	static const struct sheaf_fork_ops shards = { fork_take_shards, fork_release_shards };
 	sheaf_fork_register(SHEAF_LOCK_MALLOC_EXTENTS, &ext);
-	sheaf_fork_register(SHEAF_LOCK_MALLOC_SHARD, &shards);
+	malloc_extent_registry_fork_register();
 }

@@ -16,7 +16,7 @@
  * the block must be representable. */
 #define SIZE_LIMIT ((size_t)PTRDIFF_MAX)
 
-static size_t round_up(size_t n, size_t a)
+static inline size_t round_up(size_t n, size_t a)
 {
 	return (n + a - 1) & ~(a - 1);
 }
@@ -41,17 +41,26 @@ void malloc_fork_handlers_ensure(void);
 void malloc_report(enum sheaf_error_kind kind, const char *fn, const char *what, const void *ptr,
 		   const char *cache, size_t size) __attribute__((cold, noinline));
 
+/* extent_registry.c: the live extents, by address. */
+/* Record the new extent @p of @len bytes; false when no memory is left for the table. */
+bool malloc_extent_register(void *p, size_t len);
+/* The registered extent at @p now has @len bytes (realloc in place). */
+void malloc_extent_set_len(const void *p, size_t len);
+/* The length of the live extent at @p (0: not an extent); @remove takes it out of the
+ * registry. */
+size_t malloc_extent_lookup(const void *p, bool remove);
+/* Bytes of the live extents (read racily: the extent cache's bound follows them). */
+size_t malloc_extent_live_bytes(void);
+void malloc_extent_registry_fork_register(void); /* rank MALLOC_SHARD */
+
 /* extent.c: large blocks. */
 /* A new extent of @n bytes aligned to @align (zeroed with @zero), from the cache or the
  * OS; NULL with errno set. */
 void *malloc_large_alloc(size_t n, size_t align, bool zero);
 /* realloc of the extent @p of @len bytes to @n bytes. */
 void *malloc_extent_resize(void *p, size_t len, size_t n);
-/* The length of the live extent at @p (0: not an extent); @remove takes it out of the
- * registry. */
-size_t malloc_extent_lookup(const void *p, bool remove);
 /* A freed extent into the cache (or back to the OS). */
 void malloc_extent_put(void *p, size_t len);
-void malloc_extent_fork_register(void); /* ranks MALLOC_EXTENTS, MALLOC_SHARD */
+void malloc_extent_fork_register(void); /* ranks MALLOC_EXTENTS, then MALLOC_SHARD */
 
 #endif /* SHEAF_MALLOC_IMPL_H */
