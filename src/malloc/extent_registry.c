@@ -14,12 +14,13 @@
 #include "malloc/malloc_impl.h"
 
 #define EXT_SHARDS 16u
-#define EXT_EMPTY 0u
-#define EXT_DEAD 1u
+#define EXT_EMPTY  0u
+#define EXT_DEAD   1u
 
 struct ext_slot {
-	uintptr_t addr; /* EXT_EMPTY, EXT_DEAD or the extent's address */
-	size_t len;     /* mapped bytes, a multiple of PAGE */
+	uintptr_t addr;    /* EXT_EMPTY, EXT_DEAD or the extent's address */
+	size_t len;        /* mapped bytes, a multiple of PAGE */
+	unsigned int vmas; /* its kernel mappings, estimated (EXT_VMAS_*) */
 };
 
 struct ext_shard {
@@ -87,7 +88,7 @@ size_t malloc_extent_live_bytes(void)
 	return atomic_load_explicit(&ext_live_bytes, memory_order_relaxed);
 }
 
-bool malloc_extent_register(void *p, size_t len)
+bool malloc_extent_register(void *p, size_t len, unsigned int vmas)
 {
 	uintptr_t a = (uintptr_t)p;
 	uint64_t h = ext_hash(a);
@@ -115,6 +116,7 @@ bool malloc_extent_register(void *p, size_t len)
 		}
 		e->addr = a;
 		e->len = len;
+		e->vmas = vmas;
 		s->live++;
 		atomic_fetch_add_explicit(&ext_live_bytes, len, memory_order_relaxed);
 	}
@@ -122,9 +124,10 @@ bool malloc_extent_register(void *p, size_t len)
 	return ok;
 }
 
-/* Length of the extent at @p, 0 if @p is not an extent's address.  With
- * @remove, it stops being one (so a second free of it is detected). */
-size_t malloc_extent_lookup(const void *p, bool remove)
+/* Length of the extent at @p, 0 if @p is not an extent's address, and in
+ * *@vmas its kernel mappings.  With @remove, it stops being one (so a second
+ * free of it is detected). */
+static size_t ext_lookup(const void *p, bool remove, unsigned int *vmas)
 {
 	uintptr_t a = (uintptr_t)p;
 	uint64_t h = ext_hash(a);
@@ -135,8 +138,10 @@ size_t malloc_extent_lookup(const void *p, bool remove)
 		struct ext_slot *e = ext_find_locked(s, a, h);
 		if (e->addr == a) {
 			len = e->len;
+			*vmas = e->vmas;
 			if (remove) {
-				atomic_fetch_sub_explicit(&ext_live_bytes, len, memory_order_relaxed);
+				atomic_fetch_sub_explicit(&ext_live_bytes, len,
+							  memory_order_relaxed);
 				e->addr = EXT_DEAD;
 				s->live--;
 				s->dead++;
@@ -147,6 +152,17 @@ size_t malloc_extent_lookup(const void *p, bool remove)
 	return len;
 }
 
+size_t malloc_extent_lookup(const void *p, bool remove)
+{
+	unsigned int vmas;
+	return ext_lookup(p, remove, &vmas);
+}
+
+size_t malloc_extent_remove(const void *p, unsigned int *vmas)
+{
+	return ext_lookup(p, true, vmas);
+}
+
 void malloc_extent_set_len(const void *p, size_t len)
 {
 	uintptr_t a = (uintptr_t)p;
@@ -154,8 +170,10 @@ void malloc_extent_set_len(const void *p, size_t len)
 	struct ext_shard *s = ext_shard_of(h);
 	sheaf_mutex_lock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
 	struct ext_slot *e = ext_find_locked(s, a, h);
-	if (e->addr == a)
+	if (e->addr == a) {
 		e->len = len;
+		e->vmas &= ~EXT_VMAS_HI_SHARED;
+	}
 	sheaf_mutex_unlock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
 }
 
