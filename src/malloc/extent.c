@@ -185,14 +185,20 @@ static void xc_unlink_locked(struct xc_node *x)
 
 /* The cache's bound in bytes at @now: SHEAF_MALLOC_EXTENT_CACHE_BYTES, or as
  * much as the live extents took at their peak within the last
- * SHEAF_MALLOC_EXTENT_DELAY_NS (up to SHEAF_MALLOC_EXTENT_CACHE_MAX).  A
- * working set of large blocks replaced one at a time needs a cache of about
- * the blocks in flight; one that is freed as a whole and built again (a
- * phase, a request, a benchmark's next run) needs all of it.  Following the
+ * SHEAF_MALLOC_EXTENT_DELAY_NS and a quarter more (up to
+ * SHEAF_MALLOC_EXTENT_CACHE_MAX).  A working set of large blocks replaced one
+ * at a time needs a cache of about the blocks in flight; one that is freed as
+ * a whole and built again (a phase, a request, a benchmark's next run) needs
+ * all of it, and the quarter more its extents' size steps (fresh mappings
+ * are rounded up by at most a quarter, and blocks reused for smaller
+ * requests leave pieces): with the peak alone, the large shape's second and
+ * third runs still faulted 1,000-8,000 pages each, none with it.  Following the
  * current live bytes, the bound fell as the set was freed and unmapped it
  * while it was freed, so that building it again faulted every page anew.
- * The peak is forgotten after the delay, when the ageing gives the extents
- * back anyway. */
+ * The peak is forgotten once the cache has served no request for the delay
+ * (malloc_extent_take renews it: a set built again more slowly than that,
+ * on a loaded machine, lost the cached rest of it halfway); extents idle for
+ * the delay go back in any case (the ageing), whatever the bound. */
 static size_t xc_bound_locked(uint64_t now)
 {
 	size_t live = malloc_extent_live_bytes();
@@ -200,7 +206,7 @@ static size_t xc_bound_locked(uint64_t now)
 		xc.live_peak = live;
 		xc.live_peak_ns = now;
 	}
-	size_t b = xc.live_peak;
+	size_t b = xc.live_peak + xc.live_peak / 4;
 	if (b < SHEAF_MALLOC_EXTENT_CACHE_BYTES)
 		return SHEAF_MALLOC_EXTENT_CACHE_BYTES;
 	return b < SHEAF_MALLOC_EXTENT_CACHE_MAX ? b : SHEAF_MALLOC_EXTENT_CACHE_MAX;
@@ -417,9 +423,10 @@ void malloc_extent_take(size_t need, size_t align, struct malloc_extent_pick *pk
 		return;
 	struct xc_node *found = NULL;
 	unsigned int b = xc_bin_floor(need);
+	uint64_t now = now_ns();
 	sheaf_mutex_lock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 	xc_init_locked();
-	struct xc_node *victims = xc_evict_locked(now_ns(), 0, false);
+	struct xc_node *victims = xc_evict_locked(now, 0, false);
 	for (unsigned int i = b; i < XC_BINS && !found && xc.count; i++)
 		found = xc_bin_first_locked(i, need, align);
 	if (found) {
@@ -437,6 +444,10 @@ void malloc_extent_take(size_t need, size_t align, struct malloc_extent_pick *pk
 	} else if (xc.count) {
 		xc_gather_locked(need, pk);
 	}
+	/* The working set is being built again from the cache: its peak still
+	 * holds (xc_bound_locked). */
+	if (pk->n)
+		xc.live_peak_ns = now;
 	sheaf_mutex_unlock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 	xc_unmap(victims);
 }

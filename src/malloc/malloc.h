@@ -216,10 +216,11 @@ void sheaf_malloc_extent_cache_age(void);
 void sheaf_malloc_extent_live_stat(size_t *count, size_t *bytes);
 
 #define SHEAF_MALLOC_EXTENT_DELAY_NS 1000000000ull /* cached extents age out after 1 s */
-/* The extent cache holds as many bytes as the live extents took at their peak within
- * the last SHEAF_MALLOC_EXTENT_DELAY_NS, at least SHEAF_MALLOC_EXTENT_CACHE_BYTES and at
- * most SHEAF_MALLOC_EXTENT_CACHE_MAX (a working set of up to 512 MiB freed as a whole
- * and built again is not faulted in again; idle, it goes back after the delay). */
+/* The extent cache holds as many bytes as the live extents took at their peak (renewed
+ * while the cache serves requests, forgotten after SHEAF_MALLOC_EXTENT_DELAY_NS without)
+ * and a quarter more, at least SHEAF_MALLOC_EXTENT_CACHE_BYTES and at most
+ * SHEAF_MALLOC_EXTENT_CACHE_MAX: a working set freed as a whole and built again is not
+ * faulted in again; idle, it goes back after the delay (extent.c, xc_bound_locked). */
 #define SHEAF_MALLOC_EXTENT_CACHE_BYTES (64u << 20)
 #define SHEAF_MALLOC_EXTENT_CACHE_MAX (512u << 20)
 #define SHEAF_MALLOC_EXTENT_CACHE_ONE (32u << 20)    /* larger extents are never cached */

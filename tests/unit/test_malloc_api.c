@@ -459,7 +459,7 @@ static void t_extent_cache(void)
 	CHECK(sheaf_usable_size(g) == 1 << 20);
 	CHECK(g[4096] == 7 && g[327679] == 7 && g[327680] == 0 && g[(1 << 20) - 1] == 0);
 	sheaf_free(g);
-	/* Bounded in bytes by the live extents' peak within the delay: 20 extents of
+	/* Bounded in bytes by the live extents' recent peak (and a quarter): 20 extents of
 	 * 4 MiB freed as a whole (which may merge where the kernel placed them side by
 	 * side) are all kept, though none is live any more. */
 	sheaf_malloc_extent_cache_drain();
