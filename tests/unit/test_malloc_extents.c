@@ -4,11 +4,13 @@
  * benchmark's "large" shape, issue 17): a set freed as a whole and built again is not
  * faulted in again; a request that no cached extent holds alone is gathered from
  * several with mremap (their pages not faulted again, calloc's cleared, alignment
- * kept); and the kernel mappings that gathering makes stay bounded.  Every test
+ * kept); the kernel mappings that gathering makes stay bounded; and an idle set goes
+ * back to the OS after the delay.  Every test
  * bounds its memory: at most about 100 MiB resident.
  */
 #include <stdbool.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include "harness.h"
 #include "malloc/malloc.h"
@@ -183,10 +185,52 @@ static void t_mappings_bounded(void)
 	sheaf_malloc_extent_cache_drain();
 }
 
+/* The cache keeps a working set for reuse, not for ever: freed and left alone (no
+ * further malloc call), it goes back to the OS after the delay, by the reaper thread's
+ * ageing (1 s idle, checked every SHEAF_REAP_MS = 250 ms). */
+static void t_idle_returns(void)
+{
+	enum { N = 12 };
+	char *v[N];
+	/* The reaper starts with the core, which a program of large blocks only never
+	 * initialises (docs/malloc.md, Limits): a small block does. */
+	sheaf_free(sheaf_malloc(100));
+	sheaf_malloc_extent_cache_drain();
+	size_t before = th_rss();
+	for (int i = 0; i < N; i++) {
+		v[i] = sheaf_malloc((4u << 20) + (size_t)i * (256u << 10));
+		REQUIRE(v[i] != NULL);
+		memset(v[i], 1, sheaf_usable_size(v[i]));
+	}
+	size_t peak = th_rss();
+	for (int i = 0; i < N; i++)
+		sheaf_free(v[i]);
+	size_t cnt, bytes;
+	sheaf_malloc_extent_cache_stat(&cnt, &bytes);
+	CHECKF(bytes >= (48u << 20), "%zu bytes cached", bytes); /* kept for reuse */
+	/* Up to 4 s (a loaded machine): the reaper takes the extents out of the cache,
+	 * then unmaps them outside its lock. */
+	size_t after = peak;
+	for (int waited = 0; waited < 40 && (bytes || after >= before + (peak - before) / 4);
+	     waited++) {
+		struct timespec ts = { 0, 100 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+		sheaf_malloc_extent_cache_stat(&cnt, &bytes);
+		after = th_rss();
+	}
+	printf("# rss before %zu KiB, peak %zu KiB, idle %zu KiB; %zu bytes cached\n", before >> 10,
+	       peak >> 10, after >> 10, bytes);
+	CHECK(cnt == 0 && bytes == 0);
+#if !SANITIZE_THREAD /* TSan's shadow of the freed pages stays resident */
+	CHECK(after < before + (peak - before) / 4);
+#endif
+}
+
 int main(void)
 {
 	RUN(t_rebuild);
 	RUN(t_gather);
 	RUN(t_mappings_bounded);
+	RUN(t_idle_returns);
 	return th_done();
 }
