@@ -529,8 +529,9 @@ void malloc_extent_free(void *p, size_t len, unsigned int vmas)
 	xc_unmap(victims);
 	/* A program of large blocks only may never grow Sheaf's heap to the
 	 * reaper's threshold: start it for the cached extents too, so that they
-	 * still go back after the delay when the program goes idle.  No lock
-	 * of ours is held here. */
+	 * still go back after the delay when the program goes idle (once the
+	 * core is initialised: sheaf_reaper_kick() does nothing before, and
+	 * only small blocks initialise it).  No lock of ours is held here. */
 	if (sheaf_unlikely(cached >= SHEAF_REAP_MALLOC_START) &&
 	    !atomic_load_explicit(&sheaf_reaper_kicked, memory_order_relaxed) && !malloc_tls_creating)
 		sheaf_reaper_kick();
