@@ -83,9 +83,9 @@
 	  "every node of every metadata cache")                                                   \
 	X(HEAP, "sheaf_heap.lock", "src/page/page.c",                                             \
 	  "the page heap: buddy free lists, block bump index, purge state", "taken")              \
-	X(MALLOC_EXTENTS, "malloc xc.lock", "src/malloc/malloc.c",                                \
+	X(MALLOC_EXTENTS, "malloc xc.lock", "src/malloc/extent.c",                                \
 	  "malloc's cache of freed extents", "taken")                                             \
-	X(MALLOC_SHARD, "malloc extent shard lock", "src/malloc/malloc.c",                        \
+	X(MALLOC_SHARD, "malloc extent shard lock", "src/malloc/extent_registry.c",               \
 	  "one per shard of malloc's extent registry (never two at once outside fork)",           \
 	  "every shard's")                                                                        \
 	X(DOBJ_REPORT, "debug-objects report_lock", "src/debug/debug_objects.c",                  \

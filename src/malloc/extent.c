@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * extent.c - large blocks of the malloc front end (docs/malloc.md): the extent registry
- * (a sharded hash table of live extents, keyed by address, so that no header is read
- * from a pointer before it is known to be ours), the extent cache (size bins, best fit,
- * split and merge, growth with mremap, ageing) and the extents themselves.
+ * extent.c - the cache of freed large blocks of the malloc front end (docs/malloc.md):
+ * size steps and bins, best fit, split and merge, the choice of extents to gather, the
+ * bound and ageing.  The extents themselves (mapping, gathering with mremap, realloc)
+ * are extent_alloc.c's, the registry of live extents extent_registry.c's.
  *
  * Locks: xc.lock (the cache), then one registry shard lock at a time; both are taken by
  * the fork walk of the lock table (base/lock.h) through malloc_extent_fork_register().
@@ -20,167 +20,6 @@
 
 #include "malloc/malloc_impl.h"
 
-/* ---- Extent registry -------------------------------------------------------------- */
-
-#define EXT_SHARDS 16u
-#define EXT_EMPTY 0u
-#define EXT_DEAD 1u
-
-struct ext_slot {
-	uintptr_t addr; /* EXT_EMPTY, EXT_DEAD or the extent's address */
-	size_t len;     /* mapped bytes, a multiple of PAGE */
-};
-
-struct ext_shard {
-	pthread_mutex_t lock;
-	struct ext_slot *tab; /* mmap'd, cap slots; protected by lock */
-	size_t cap, live, dead;
-} __attribute__((aligned(64)));
-
-static struct ext_shard ext_shards[EXT_SHARDS] = {
-	[0 ... EXT_SHARDS - 1] = { .lock = PTHREAD_MUTEX_INITIALIZER },
-};
-
-static uint64_t ext_hash(uintptr_t a)
-{
-	return (uint64_t)(a >> 12) * 0x9e3779b97f4a7c15ull;
-}
-
-static struct ext_shard *ext_shard_of(uint64_t h)
-{
-	return &ext_shards[h >> 60];
-}
-
-/* Find @a's slot, or the empty slot that ends its probe sequence. */
-static struct ext_slot *ext_find_locked(struct ext_shard *s, uintptr_t a, uint64_t h)
-{
-	size_t mask = s->cap - 1;
-	for (size_t i = (h >> 16) & mask;; i = (i + 1) & mask) {
-		struct ext_slot *e = &s->tab[i];
-		if (e->addr == a || e->addr == EXT_EMPTY)
-			return e;
-	}
-}
-
-/* Rebuild the table so that one more insertion keeps it at most 3/4 full,
- * tombstones included.  The table lives in its own mapping: the registry
- * must not depend on malloc. */
-static bool ext_grow_locked(struct ext_shard *s)
-{
-	size_t cap = s->cap ? s->cap : 256;
-	while ((s->live + 1) * 2 > cap)
-		cap *= 2;
-	struct ext_slot *t = sheaf_os_map(cap * sizeof(*t));
-	if (!t)
-		return false;
-	struct ext_slot *old = s->tab;
-	size_t oldcap = s->cap;
-	s->tab = t;
-	s->cap = cap;
-	s->dead = 0;
-	for (size_t i = 0; i < oldcap; i++) {
-		if (old[i].addr > EXT_DEAD)
-			*ext_find_locked(s, old[i].addr, ext_hash(old[i].addr)) = old[i];
-	}
-	if (old)
-		(void)sheaf_os_unmap(old, oldcap * sizeof(*old)); /* reported if it fails */
-	return true;
-}
-
-/* Bytes of live extents (registered, not cached): the extent cache's bound
- * grows with them (xc_bound). */
-static _Atomic size_t ext_live_bytes;
-
-static size_t xc_bound(void);
-static bool ext_insert(void *p, size_t len)
-{
-	uintptr_t a = (uintptr_t)p;
-	uint64_t h = ext_hash(a);
-	struct ext_shard *s = ext_shard_of(h);
-	bool ok = true;
-	sheaf_mutex_lock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
-	/* Growing fails only when no memory is left; the table then fills
-	 * further, as long as an empty slot remains to end every probe. */
-	if ((s->live + s->dead + 1) * 4 > s->cap * 3 && !ext_grow_locked(s))
-		ok = s->live + s->dead + 2 <= s->cap;
-	if (ok) {
-		/* @a is not in the table (it is a live mapping of ours): take
-		 * the first tombstone on its probe sequence, else the empty
-		 * slot that ends it. */
-		size_t mask = s->cap - 1;
-		struct ext_slot *e;
-		for (size_t i = (h >> 16) & mask;; i = (i + 1) & mask) {
-			e = &s->tab[i];
-			if (e->addr == EXT_DEAD) {
-				s->dead--;
-				break;
-			}
-			if (e->addr == EXT_EMPTY)
-				break;
-		}
-		e->addr = a;
-		e->len = len;
-		s->live++;
-		atomic_fetch_add_explicit(&ext_live_bytes, len, memory_order_relaxed);
-	}
-	sheaf_mutex_unlock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
-	return ok;
-}
-
-/* Length of the extent at @p, 0 if @p is not an extent's address.  With
- * @remove, it stops being one (so a second free of it is detected). */
-size_t malloc_extent_lookup(const void *p, bool remove)
-{
-	uintptr_t a = (uintptr_t)p;
-	uint64_t h = ext_hash(a);
-	struct ext_shard *s = ext_shard_of(h);
-	size_t len = 0;
-	sheaf_mutex_lock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
-	if (s->cap) {
-		struct ext_slot *e = ext_find_locked(s, a, h);
-		if (e->addr == a) {
-			len = e->len;
-			if (remove) {
-				atomic_fetch_sub_explicit(&ext_live_bytes, len, memory_order_relaxed);
-				e->addr = EXT_DEAD;
-				s->live--;
-				s->dead++;
-			}
-		}
-	}
-	sheaf_mutex_unlock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
-	return len;
-}
-
-/* The extent at @p (registered) now has @len bytes. */
-static void ext_set_len(const void *p, size_t len)
-{
-	uintptr_t a = (uintptr_t)p;
-	uint64_t h = ext_hash(a);
-	struct ext_shard *s = ext_shard_of(h);
-	sheaf_mutex_lock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
-	struct ext_slot *e = ext_find_locked(s, a, h);
-	if (e->addr == a)
-		e->len = len;
-	sheaf_mutex_unlock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
-}
-
-/* Extents the program holds: how many and their mapped bytes (mallinfo's hblks and
- * hblkhd).  Walks every shard's table under its lock: for introspection only. */
-void sheaf_malloc_extent_live_stat(size_t *count, size_t *bytes)
-{
-	*count = *bytes = 0;
-	for (unsigned int i = 0; i < EXT_SHARDS; i++) {
-		struct ext_shard *s = &ext_shards[i];
-		sheaf_mutex_lock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
-		for (size_t k = 0; k < s->cap; k++)
-			if (s->tab[k].addr > EXT_DEAD)
-				*bytes += s->tab[k].len;
-		*count += s->live;
-		sheaf_mutex_unlock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
-	}
-}
-
 /* ---- Extent cache ------------------------------------------------------------------ */
 
 /* Extent lengths are whole pages up to 16 KiB, then four steps per power of
@@ -191,7 +30,7 @@ void sheaf_malloc_extent_live_stat(size_t *count, size_t *bytes)
  * multi-threaded process is a TLB shootdown on every CPU it runs on. */
 #define XC_BINS 48u /* 4 page bins, then 4 per doubling from 16 KiB to 32 MiB */
 
-static size_t extent_len(size_t n)
+size_t malloc_extent_len(size_t n)
 {
 	size_t len = round_up(n, PAGE);
 	if (len <= 4 * PAGE || len > SHEAF_MALLOC_EXTENT_CACHE_ONE)
@@ -200,7 +39,7 @@ static size_t extent_len(size_t n)
 	return round_up(len, (size_t)1 << (k - 2));
 }
 
-/* Bin of an extent length produced by extent_len() (<= the cached maximum). */
+/* Bin of an extent length produced by malloc_extent_len() (<= the cached maximum). */
 static unsigned int xc_bin(size_t len)
 {
 	if (len <= 4 * PAGE)
@@ -218,6 +57,7 @@ struct xc_node {
 	struct xc_node *lru_next, *lru_prev; /* all cached extents, most recent first */
 	size_t len;
 	uint64_t freed_ns;
+	unsigned int vmas; /* its kernel mappings, estimated (EXT_VMAS_*, XC_VMAS_MAX) */
 };
 
 /* An entry of the cache's address table: a cached extent under its start
@@ -236,6 +76,8 @@ static struct {
 	struct xc_node bin[XC_BINS];
 	struct xc_key *tab; /* linear probing, in its own mapping; cap a power of two */
 	size_t cap, used;
+	size_t live_peak;      /* the live extents' largest bytes within the delay (xc_bound) */
+	uint64_t live_peak_ns; /* when the live bytes were last at live_peak */
 } xc = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static uint64_t now_ns(void)
@@ -341,16 +183,33 @@ static void xc_unlink_locked(struct xc_node *x)
 	xc_tab_del_locked(((uintptr_t)x + x->len) | 1u);
 }
 
-/* The cache's bound in bytes: SHEAF_MALLOC_EXTENT_CACHE_BYTES, or as much as
- * the live extents take (up to SHEAF_MALLOC_EXTENT_CACHE_MAX): a working set
- * of large blocks replaced one at a time needs a cache of about the blocks
- * in flight, and splitting and merging need room beyond that. */
-static size_t xc_bound(void)
+/* The cache's bound in bytes at @now: SHEAF_MALLOC_EXTENT_CACHE_BYTES, or as
+ * much as the live extents took at their peak within the last
+ * SHEAF_MALLOC_EXTENT_DELAY_NS and a quarter more (up to
+ * SHEAF_MALLOC_EXTENT_CACHE_MAX).  A working set of large blocks replaced one
+ * at a time needs a cache of about the blocks in flight; one that is freed as
+ * a whole and built again (a phase, a request, a benchmark's next run) needs
+ * all of it, and the quarter more its extents' size steps (fresh mappings
+ * are rounded up by at most a quarter, and blocks reused for smaller
+ * requests leave pieces): with the peak alone, the large shape's second and
+ * third runs still faulted 1,000-8,000 pages each, none with it.  Following the
+ * current live bytes, the bound fell as the set was freed and unmapped it
+ * while it was freed, so that building it again faulted every page anew.
+ * The peak is forgotten once the cache has served no request for the delay
+ * (malloc_extent_take renews it: a set built again more slowly than that,
+ * on a loaded machine, lost the cached rest of it halfway); extents idle for
+ * the delay go back in any case (the ageing), whatever the bound. */
+static size_t xc_bound_locked(uint64_t now)
 {
-	size_t live = atomic_load_explicit(&ext_live_bytes, memory_order_relaxed);
-	if (live < SHEAF_MALLOC_EXTENT_CACHE_BYTES)
+	size_t live = malloc_extent_live_bytes();
+	if (live >= xc.live_peak || now - xc.live_peak_ns >= SHEAF_MALLOC_EXTENT_DELAY_NS) {
+		xc.live_peak = live;
+		xc.live_peak_ns = now;
+	}
+	size_t b = xc.live_peak + xc.live_peak / 4;
+	if (b < SHEAF_MALLOC_EXTENT_CACHE_BYTES)
 		return SHEAF_MALLOC_EXTENT_CACHE_BYTES;
-	return live < SHEAF_MALLOC_EXTENT_CACHE_MAX ? live : SHEAF_MALLOC_EXTENT_CACHE_MAX;
+	return b < SHEAF_MALLOC_EXTENT_CACHE_MAX ? b : SHEAF_MALLOC_EXTENT_CACHE_MAX;
 }
 
 /* Take out the oldest entries while they have been idle for the delay, or
@@ -359,10 +218,11 @@ static size_t xc_bound(void)
 static struct xc_node *xc_evict_locked(uint64_t now, size_t add, bool all)
 {
 	struct xc_node *victims = NULL;
+	size_t bound = all ? 0 : xc_bound_locked(now);
 	while (xc.count) {
 		struct xc_node *old = xc.lru.lru_prev;
 		if (!all && now - old->freed_ns < SHEAF_MALLOC_EXTENT_DELAY_NS &&
-		    xc.bytes + add <= xc_bound())
+		    xc.bytes + add <= bound)
 			break;
 		xc_unlink_locked(old);
 		old->bin_next = victims;
@@ -382,13 +242,13 @@ static void xc_unmap(struct xc_node *v)
 	}
 }
 
-static bool address_space_limited(void)
+bool malloc_address_space_limited(void)
 {
 	struct rlimit r;
 	return getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY;
 }
 
-/* address_space_limited() for every freed extent, asked of the kernel at most every
+/* malloc_address_space_limited() for every freed extent, asked of the kernel at most every
  * 10 ms (@now: now_ns()): a system call per free of a large block was a cost of its
  * own.  A limit set meanwhile lets at most 10 ms of frees be cached; a mapping that
  * then fails gives the cache back and tries again (large_alloc). */
@@ -398,7 +258,7 @@ static bool xc_space_limited(uint64_t now)
 	static atomic_bool limited;
 	uint64_t t = atomic_load_explicit(&asked_ns, memory_order_relaxed);
 	if (t == 0 || now - t >= 10 * 1000 * 1000) {
-		bool l = address_space_limited();
+		bool l = malloc_address_space_limited();
 		atomic_store_explicit(&limited, l, memory_order_relaxed);
 		atomic_store_explicit(&asked_ns, now ? now : 1, memory_order_relaxed);
 		return l;
@@ -407,8 +267,8 @@ static bool xc_space_limited(uint64_t now)
 }
 
 /* Bin of any cached length (a whole number of pages up to the cached
- * maximum): that of the largest extent_len() class not above it, so every
- * extent in bin xc_bin(len) or above holds a request of extent_len() = len.
+ * maximum): that of the largest malloc_extent_len() class not above it, so every
+ * extent in bin xc_bin(len) or above holds a request of malloc_extent_len() = len.
  * Split remainders and extents shrunk by realloc have such lengths. */
 static unsigned int xc_bin_floor(size_t len)
 {
@@ -419,14 +279,42 @@ static unsigned int xc_bin_floor(size_t len)
 	return xc_bin(cls);
 }
 
-/* Smallest remainder worth keeping when a cached extent is split: below
- * it the whole extent is handed out (a few pages more address space). */
+/* Smallest remainder worth keeping when a cached extent is split (below it
+ * the whole extent is handed out: a few pages more address space), and
+ * smallest cached extent worth moving into a gathered one (below it,
+ * faulting its pages in costs about what the mremap call does). */
 #define XC_SPLIT_MIN (64u << 10)
-/* When nothing cached is large enough for a request, a smaller extent from
- * one of the XC_GROW_BINS bins below the request's (two doublings: at
- * least a quarter of it) is grown with mremap: its resident pages move
- * without copying and only the difference is faulted in. */
-#define XC_GROW_BINS 8u
+/* Most kernel mappings (VMAs) an extent may span and stay cached.  A moved
+ * extent stays a mapping of its own (the kernel merges neighbours only when
+ * their page offsets follow on, which moved ones' do not), so every gather
+ * adds mappings, and every split of a cached extent that is then moved
+ * splits one.  Without a bound, a program that keeps replacing large blocks
+ * had its mappings fragment for ever (6,700 after 20,000 replacements of
+ * the large shape, and rising) towards vm.max_map_count, where its own mmap
+ * calls would fail.  Each extent carries an estimate (EXT_VMAS_*): one for
+ * a fresh mapping, the sum of the parts for a gather, one more shared out by
+ * length on a split (the cut may fall inside a mapping), one fewer when the
+ * two sides of such a cut merge again.  An extent over the bound is unmapped
+ * when freed, neighbours are not merged beyond it, and a gather stops short
+ * of it.  With 64, the large shape's process levels off at about 1,000
+ * mappings; with 32 at 500, but its second and third runs then faulted
+ * 16,000-24,000 pages instead of 8,000 and peaked 7-15 % higher (cached
+ * extents left out of gathers while new pages were faulted in). */
+#define XC_VMAS_MAX 64u
+
+static unsigned int vmas_count(unsigned int v)
+{
+	return v & (EXT_VMAS_LO_SHARED - 1u);
+}
+
+/* The mappings of extent @lo followed by extent @hi, merged. */
+static unsigned int vmas_join(unsigned int lo, unsigned int hi)
+{
+	unsigned int n = vmas_count(lo) + vmas_count(hi);
+	if ((lo & EXT_VMAS_HI_SHARED) && (hi & EXT_VMAS_LO_SHARED))
+		n--;
+	return n | (lo & EXT_VMAS_LO_SHARED) | (hi & EXT_VMAS_HI_SHARED);
+}
 
 static void xc_link_bin_locked(struct xc_node *x)
 {
@@ -450,102 +338,168 @@ static struct xc_node *xc_bin_first_locked(unsigned int i, size_t min, size_t al
 	return NULL;
 }
 
-/* A cached extent for a request of @need (whole pages) bytes aligned to
- * @align: best fit by bins (the smallest bin that holds one, the most
- * recently freed extent in it, so its pages are the likeliest to be
- * resident), its tail split off and kept when at least XC_SPLIT_MIN.  The
- * split is at @need, not at the request's extent_len(): pages of the
- * rounding would be resident garbage in a reused extent.  Its length is
- * returned in *@got.  When no cached extent is large enough, *@grow is set
- * and the largest one of at least about a quarter of @need is returned
- * instead (its length in *@got), for the caller to grow with mremap; NULL
- * if there is none either. */
-static void *xc_take(size_t need, size_t align, size_t *got, bool *grow)
+/* @x was just unlinked: its first @keep bytes are handed out (x->vmas is
+ * then theirs), the rest stays cached with @x's age and place in the LRU
+ * (@x's own links are still intact: unlinking only repointed its
+ * neighbours).  Unlinking freed two keys of the address table, so the
+ * remainder's two always fit. */
+static void xc_split_locked(struct xc_node *x, size_t keep)
 {
-	*grow = false;
+	struct xc_node *r = (struct xc_node *)((char *)x + keep);
+	/* The split may cut a mapping in two: one more, shared out by length. */
+	unsigned int n = vmas_count(x->vmas);
+	unsigned int head = 1u + (unsigned int)((uint64_t)(n - 1u) * keep / x->len);
+	r->vmas = (n + 1u - head) | EXT_VMAS_LO_SHARED | (x->vmas & EXT_VMAS_HI_SHARED);
+	x->vmas = head | (x->vmas & EXT_VMAS_LO_SHARED) | EXT_VMAS_HI_SHARED;
+	r->len = x->len - keep;
+	r->freed_ns = x->freed_ns;
+	r->lru_next = x->lru_next;
+	r->lru_prev = x->lru_prev;
+	r->lru_next->lru_prev = r;
+	r->lru_prev->lru_next = r;
+	xc_link_bin_locked(r);
+	xc.count++;
+	xc.bytes += r->len;
+	xc_tab_put_locked((uintptr_t)r, r);
+	xc_tab_put_locked(((uintptr_t)r + r->len) | 1u, r);
+}
+
+/* Cached extents for a request of @need bytes that no single one holds, to
+ * be moved into a new mapping of @need bytes: the largest first (the fewest
+ * moves), none under XC_SPLIT_MIN, while their mappings stay within
+ * XC_VMAS_MAX.  The last one is split where it holds more than the rest of
+ * @need, its tail staying cached. */
+static void xc_gather_locked(size_t need, struct malloc_extent_pick *pk)
+{
+	size_t sum = 0;
+	unsigned int low = xc_bin_floor(XC_SPLIT_MIN), vmas = 0;
+	for (unsigned int i = XC_BINS;
+	     i-- > low && sum < need && pk->n < MALLOC_EXTENT_GATHER_MAX;) {
+		struct xc_node *x;
+		while (sum < need && pk->n < MALLOC_EXTENT_GATHER_MAX &&
+		       (x = xc.bin[i].bin_next) != &xc.bin[i]) {
+			/* One more mapping for the split, one for a fresh tail. */
+			if (vmas + vmas_count(x->vmas) + 2u > XC_VMAS_MAX)
+				return;
+			xc_unlink_locked(x);
+			size_t len = x->len, want = need - sum;
+			if (len > want) {
+				xc_split_locked(x, want);
+				len = want;
+				/* The head moves away: the cut is real. */
+				((struct xc_node *)((char *)x + len))->vmas &= ~EXT_VMAS_LO_SHARED;
+			}
+			/* Moved, the parts meet no neighbour they were split from. */
+			pk->piece[pk->n].p = (char *)x;
+			pk->piece[pk->n].vmas = vmas_count(x->vmas);
+			pk->piece[pk->n++].len = len;
+			sum += len;
+			vmas += vmas_count(x->vmas);
+		}
+	}
+}
+
+/* Cached memory for a request of @need (whole pages) bytes aligned to
+ * @align, into *@pk.
+ *
+ * Best fit first, by bins: the smallest bin that holds one, the most
+ * recently freed extent in it (its pages are the likeliest to be
+ * resident), its tail split off and kept when at least XC_SPLIT_MIN.  The
+ * split is at @need, not at the request's malloc_extent_len(): pages of the
+ * rounding would be resident garbage in a reused extent.
+ *
+ * When no cached extent holds the request alone (the cache is fragmented:
+ * freed blocks of random sizes, address neighbours still in use), the
+ * largest ones are gathered instead, for the caller to move into one new
+ * mapping: their pages are resident, and mremap moves them without a fault,
+ * where mapping afresh faulted in every page of the request, and growing
+ * one cached extent every page beyond it, while the rest of the cache sat
+ * unused until it aged out. */
+void malloc_extent_take(size_t need, size_t align, struct malloc_extent_pick *pk)
+{
+	pk->one = false;
+	pk->n = 0;
 	if (need > SHEAF_MALLOC_EXTENT_CACHE_ONE)
-		return NULL;
+		return;
 	struct xc_node *found = NULL;
 	unsigned int b = xc_bin_floor(need);
+	uint64_t now = now_ns();
 	sheaf_mutex_lock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 	xc_init_locked();
-	struct xc_node *victims = xc_evict_locked(now_ns(), 0, false);
+	struct xc_node *victims = xc_evict_locked(now, 0, false);
 	for (unsigned int i = b; i < XC_BINS && !found && xc.count; i++)
 		found = xc_bin_first_locked(i, need, align);
 	if (found) {
 		xc_unlink_locked(found);
-		*got = found->len;
-		/* Unlinking freed two keys: the remainder's two always fit. */
-		if (found->len - need >= XC_SPLIT_MIN) {
-			/* The remainder keeps the extent's age and place in the LRU
-			 * (found's links are still intact: unlinking only
-			 * repointed its neighbours). */
-			struct xc_node *r = (struct xc_node *)((char *)found + need);
-			r->len = found->len - need;
-			r->freed_ns = found->freed_ns;
-			r->lru_next = found->lru_next;
-			r->lru_prev = found->lru_prev;
-			r->lru_next->lru_prev = r;
-			r->lru_prev->lru_next = r;
-			xc_link_bin_locked(r);
-			xc.count++;
-			xc.bytes += r->len;
-			xc_tab_put_locked((uintptr_t)r, r);
-			xc_tab_put_locked(((uintptr_t)r + r->len) | 1u, r);
-			*got = need;
+		size_t len = found->len;
+		if (len - need >= XC_SPLIT_MIN) {
+			xc_split_locked(found, need);
+			len = need;
 		}
-	} else if (align <= PAGE && xc.count) {
-		/* mremap gives page alignment only. */
-		for (unsigned int i = b + 1; i-- > 0 && i + XC_GROW_BINS >= b && !found;)
-			found = xc_bin_first_locked(i, PAGE, PAGE);
-		if (found) {
-			xc_unlink_locked(found);
-			*got = found->len;
-			*grow = true;
-		}
+		pk->one = true;
+		pk->n = 1;
+		pk->piece[0].p = (char *)found;
+		pk->piece[0].len = len;
+		pk->piece[0].vmas = found->vmas;
+	} else if (xc.count) {
+		xc_gather_locked(need, pk);
 	}
+	/* The working set is being built again from the cache: its peak still
+	 * holds (xc_bound_locked). */
+	if (pk->n)
+		xc.live_peak_ns = now;
 	sheaf_mutex_unlock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 	xc_unmap(victims);
-	return found;
 }
 
-/* Merge the freed extent @x of *@len bytes with the cached extents right after and
- * right before it while the result stays cacheable; returns the merged extent's start
- * and updates *@len.  Neighbours may lie in other mappings (the kernel places mappings
- * next to each other): munmap works across them, and mremap, which does not, falls
- * back (see malloc_large_alloc and malloc_extent_resize). */
-static struct xc_node *xc_merge_locked(struct xc_node *x, size_t *len)
+/* Merge the freed extent @x of *@len bytes spanning *@vmas mappings with the cached
+ * extents right after and right before it while the result stays cacheable (XC_VMAS_MAX
+ * too); returns the merged extent's start and updates *@len and *@vmas.  Neighbours may
+ * lie in other mappings (the kernel places mappings next to each other): munmap works
+ * across them, and mremap moves them together only on kernels since 6.17 and grows them
+ * on none (see extent_alloc.c). */
+static struct xc_node *xc_merge_locked(struct xc_node *x, size_t *len, unsigned int *vmas)
 {
 	struct xc_key *k = xc_tab_find_locked(((uintptr_t)x + *len));
-	if (k && *len + k->node->len <= SHEAF_MALLOC_EXTENT_CACHE_ONE) {
+	if (k && *len + k->node->len <= SHEAF_MALLOC_EXTENT_CACHE_ONE &&
+	    vmas_count(vmas_join(*vmas, k->node->vmas)) <= XC_VMAS_MAX) {
 		struct xc_node *next = k->node;
 		xc_unlink_locked(next);
 		*len += next->len;
+		*vmas = vmas_join(*vmas, next->vmas);
 		CTR_INC(extent_merges);
 	}
 	k = xc_tab_find_locked((uintptr_t)x | 1u);
-	if (k && *len + k->node->len <= SHEAF_MALLOC_EXTENT_CACHE_ONE) {
+	if (k && *len + k->node->len <= SHEAF_MALLOC_EXTENT_CACHE_ONE &&
+	    vmas_count(vmas_join(k->node->vmas, *vmas)) <= XC_VMAS_MAX) {
 		struct xc_node *prev = k->node;
 		xc_unlink_locked(prev);
 		*len += prev->len;
+		*vmas = vmas_join(prev->vmas, *vmas);
 		x = prev;
 		CTR_INC(extent_merges);
 	}
 	return x;
 }
 
+void malloc_extent_unmap(void *p, size_t len)
+{
+	(void)sheaf_os_unmap(p, len); /* reported if it fails */
+	CTR_INC(extent_unmaps);
+}
+
 /* Keep a freed extent for reuse, merged with the cached extents right
  * before and after it (a split extent becomes whole again when its head
  * comes back), giving back the oldest ones (or any idle for the delay) to
  * stay within the byte bound. */
-void malloc_extent_put(void *p, size_t len)
+void malloc_extent_free(void *p, size_t len, unsigned int vmas)
 {
 	/* Where address space is limited (RLIMIT_AS), a cached extent would
 	 * hold address space the program may need: it goes back at once. */
 	uint64_t now = now_ns();
-	if (len > SHEAF_MALLOC_EXTENT_CACHE_ONE || xc_space_limited(now)) {
-		(void)sheaf_os_unmap(p, len);
-		CTR_INC(extent_unmaps);
+	if (len > SHEAF_MALLOC_EXTENT_CACHE_ONE || vmas_count(vmas) > XC_VMAS_MAX ||
+	    xc_space_limited(now)) {
+		malloc_extent_unmap(p, len);
 		return;
 	}
 	struct xc_node *x = p;
@@ -553,12 +507,12 @@ void malloc_extent_put(void *p, size_t len)
 	xc_init_locked();
 	if (!xc_tab_reserve_locked()) {
 		sheaf_mutex_unlock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
-		(void)sheaf_os_unmap(p, len);
-		CTR_INC(extent_unmaps);
+		malloc_extent_unmap(p, len);
 		return;
 	}
-	x = xc_merge_locked(x, &len);
+	x = xc_merge_locked(x, &len, &vmas);
 	x->len = len;
+	x->vmas = vmas;
 	x->freed_ns = now;
 	struct xc_node *victims = xc_evict_locked(now, len, false);
 	xc_link_bin_locked(x);
@@ -575,8 +529,9 @@ void malloc_extent_put(void *p, size_t len)
 	xc_unmap(victims);
 	/* A program of large blocks only may never grow Sheaf's heap to the
 	 * reaper's threshold: start it for the cached extents too, so that they
-	 * still go back after the delay when the program goes idle.  No lock
-	 * of ours is held here. */
+	 * still go back after the delay when the program goes idle (once the
+	 * core is initialised: sheaf_reaper_kick() does nothing before, and
+	 * only small blocks initialise it).  No lock of ours is held here. */
 	if (sheaf_unlikely(cached >= SHEAF_REAP_MALLOC_START) &&
 	    !atomic_load_explicit(&sheaf_reaper_kicked, memory_order_relaxed) && !malloc_tls_creating)
 		sheaf_reaper_kick();
@@ -608,160 +563,10 @@ void sheaf_malloc_extent_cache_stat(size_t *count, size_t *bytes)
 	sheaf_mutex_unlock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 }
 
-/* ---- Extents --------------------------------------------------------------------- */
-
-/* Map @len bytes aligned to @align (a power of two >= PAGE): over-map by
- * align - PAGE and trim both ends. */
-static void *map_aligned(size_t len, size_t align)
-{
-	size_t extra = align - PAGE;
-	if (len > SIZE_LIMIT - extra)
-		return NULL;
-	char *m = sheaf_sys_mmap(NULL, len + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
-	if (m == MAP_FAILED)
-		return NULL;
-	char *p = (char *)round_up((uintptr_t)m, align);
-	/* A trim that fails (reported) leaves address space mapped beside the extent,
-	 * never the extent itself. */
-	if (p > m)
-		(void)sheaf_os_unmap(m, (size_t)(p - m));
-	if ((size_t)(p - m) < extra)
-		(void)sheaf_os_unmap(p + len, extra - (size_t)(p - m));
-	return p;
-}
-
-/* A new mapping for a large block of @n bytes aligned to @align, *@len bytes long
- * (the size step; less where address space is short).  The rounding to a size step
- * costs address space, not memory: where address space is limited (RLIMIT_AS, checked
- * at each mapping because a program may set it at any time) or runs out, do without
- * it, as glibc does.  Such an extent is not cached when freed (malloc_extent_put): its
- * address space goes back at once. */
-static void *large_map(size_t n, size_t align, size_t *len)
-{
-	size_t exact = round_up(n, PAGE);
-	if (exact < *len && address_space_limited())
-		*len = exact;
-	void *p = map_aligned(*len, align);
-	if (!p && exact < *len) {
-		*len = exact;
-		p = map_aligned(*len, align);
-	}
-	if (!p) {
-		/* Out of address space: what the cache holds goes back first. */
-		size_t count, bytes;
-		sheaf_malloc_extent_cache_stat(&count, &bytes);
-		if (count) {
-			sheaf_malloc_extent_cache_drain();
-			*len = exact;
-			p = map_aligned(*len, align);
-		}
-	}
-	return p;
-}
-
-void *malloc_large_alloc(size_t n, size_t align, bool zero)
-{
-	if (unlikely(n > SIZE_LIMIT - PAGE)) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	malloc_fork_handlers_ensure();
-	size_t len = extent_len(n), need = round_up(n, PAGE), got = 0;
-	if (align < PAGE)
-		align = PAGE;
-	bool grow;
-	void *p = xc_take(need, align, &got, &grow);
-	if (p && grow) {
-		/* Grow a smaller cached extent: its resident pages move with it.
-		 * (Extents merged in the cache across mappings cannot be grown:
-		 * it is then put back, and a fresh mapping is made.) */
-		len = need;
-		void *q = sheaf_sys_mremap(p, got, len, MREMAP_MAYMOVE, NULL);
-		if (q == MAP_FAILED) {
-			malloc_extent_put(p, got);
-			p = NULL;
-		} else {
-			CTR_INC(extent_grows);
-			if (zero)
-				memset(q, 0, got < n ? got : n); /* the new part is zero */
-			p = q;
-		}
-	} else if (p) {
-		CTR_INC(extent_reuses);
-		if (zero)
-			memset(p, 0, n); /* fresh mappings are zero already */
-		len = got;
-	}
-	if (!p) {
-		p = large_map(n, align, &len);
-		if (!p) {
-			errno = ENOMEM;
-			return NULL;
-		}
-		CTR_INC(extent_maps);
-	}
-	if (unlikely(!ext_insert(p, len))) {
-		(void)sheaf_os_unmap(p, len);
-		errno = ENOMEM;
-		return NULL;
-	}
-	return p;
-}
-
-/* realloc of an extent of @len bytes at @p to @n > SHEAF_SC_MAX bytes:
- * shrink in place (the tail goes back at once: it is a realloc the program
- * asked for, not a free), grow with mremap, which moves the pages without
- * copying them. */
-void *malloc_extent_resize(void *p, size_t len, size_t n)
-{
-	if (unlikely(n > SIZE_LIMIT - PAGE)) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	size_t nlen = extent_len(n);
-	if (nlen == len)
-		return p;
-	/* In place first: a shrink always is, a growth when the pages after it are free.
-	 * Nobody else may use @p meanwhile (it is being reallocated). */
-	if (sheaf_sys_mremap(p, len, nlen, 0, NULL) != MAP_FAILED) {
-		ext_set_len(p, nlen);
-		CTR_INC(extent_remaps);
-		return p;
-	}
-	if (nlen < len) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	/* Moving: the destination is mapped and registered first, so that every step that
-	 * can fail comes before the block moves, and a failure leaves it where it was
-	 * (realloc's contract); then mremap moves the pages over our own mapping. */
-	void *q = sheaf_sys_mmap(NULL, nlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
-	if (q == MAP_FAILED) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	if (unlikely(!ext_insert(q, nlen))) {
-		(void)sheaf_os_unmap(q, nlen);
-		errno = ENOMEM;
-		return NULL;
-	}
-	if (sheaf_sys_mremap(p, len, nlen, MREMAP_MAYMOVE | MREMAP_FIXED, q) == MAP_FAILED) {
-		/* An extent merged in the cache from neighbouring mappings may
-		 * span several of the kernel's mappings, which mremap cannot move
-		 * (EFAULT): copy it instead. */
-		memcpy(q, p, len);
-		malloc_extent_lookup(p, true);
-		malloc_extent_put(p, len);
-		return q;
-	}
-	malloc_extent_lookup(p, true);
-	CTR_INC(extent_remaps);
-	return q;
-}
-
 /* ---- fork (malloc.c's handlers) ------------------------------------------------------ */
 
-/* fork: ranks MALLOC_EXTENTS and MALLOC_SHARD of the lock table (base/lock.h). */
+/* fork: rank MALLOC_EXTENTS of the lock table (base/lock.h); MALLOC_SHARD is the
+ * registry's (extent_registry.c). */
 static void fork_take_extents(void)
 {
 	sheaf_mutex_lock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
@@ -773,23 +578,9 @@ static void fork_release_extents(bool child)
 	sheaf_mutex_unlock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 }
 
-static void fork_take_shards(void)
-{
-	for (unsigned int i = 0; i < EXT_SHARDS; i++)
-		sheaf_mutex_lock(&ext_shards[i].lock, SHEAF_LOCK_MALLOC_SHARD);
-}
-
-static void fork_release_shards(bool child)
-{
-	(void)child;
-	for (unsigned int i = EXT_SHARDS; i-- > 0;)
-		sheaf_mutex_unlock(&ext_shards[i].lock, SHEAF_LOCK_MALLOC_SHARD);
-}
-
 void malloc_extent_fork_register(void)
 {
 	static const struct sheaf_fork_ops ext = { fork_take_extents, fork_release_extents };
-	static const struct sheaf_fork_ops shards = { fork_take_shards, fork_release_shards };
 	sheaf_fork_register(SHEAF_LOCK_MALLOC_EXTENTS, &ext);
-	sheaf_fork_register(SHEAF_LOCK_MALLOC_SHARD, &shards);
+	malloc_extent_registry_fork_register();
 }

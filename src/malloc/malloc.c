@@ -13,12 +13,12 @@
  *  2. Extents (> 32 KiB, or alignment > 4 KiB): page-aligned anonymous
  *     mappings recorded in a sharded hash table keyed by address (no header,
  *     so a foreign pointer is never dereferenced).  Freed extents wait in a
- *     cache (64-256 MiB, in size bins; best fit, split and merged, grown
- *     with mremap) for reuse and are unmapped once they have been idle for
- *     1 s, checked by the reaper and on later large operations: prompt
- *     unmapping of large blocks is what made jemalloc and mimalloc slow on a
- *     large-allocation benchmark, keeping them forever is what users of
- *     allocators complain about most.
+ *     cache (64-512 MiB, in size bins; best fit, split and merged, or
+ *     several gathered into one mapping with mremap) for reuse and are
+ *     unmapped once they have been idle for 1 s, checked by the reaper and
+ *     on later large operations: prompt unmapping of large blocks is what
+ *     made jemalloc and mimalloc slow on a large-allocation benchmark,
+ *     keeping them forever is what users of allocators complain about most.
  *  3. Bootstrap memory: an allocation made while this thread is inside the
  *     creation of a class cache (the core's first initialisation may read
  *     /sys with stdio, which calls malloc) is served by a bump allocator over
@@ -70,7 +70,8 @@ void sheaf_malloc_counters_get(struct sheaf_malloc_counters *out)
 {
 	out->extent_maps = atomic_load_explicit(&malloc_ctr.extent_maps, memory_order_relaxed);
 	out->extent_reuses = atomic_load_explicit(&malloc_ctr.extent_reuses, memory_order_relaxed);
-	out->extent_grows = atomic_load_explicit(&malloc_ctr.extent_grows, memory_order_relaxed);
+	out->extent_gathers = atomic_load_explicit(&malloc_ctr.extent_gathers, memory_order_relaxed);
+	out->extent_moves = atomic_load_explicit(&malloc_ctr.extent_moves, memory_order_relaxed);
 	out->extent_merges = atomic_load_explicit(&malloc_ctr.extent_merges, memory_order_relaxed);
 	out->extent_unmaps = atomic_load_explicit(&malloc_ctr.extent_unmaps, memory_order_relaxed);
 	out->extent_remaps = atomic_load_explicit(&malloc_ctr.extent_remaps, memory_order_relaxed);
@@ -286,9 +287,10 @@ void sheaf_malloc_free_slow(void *p, struct sheaf_cache *c, const char *fn)
 	}
 	if (is_boot(p))
 		return; /* bootstrap memory is never reused */
-	size_t len = malloc_extent_lookup(p, true);
+	unsigned int vmas;
+	size_t len = malloc_extent_remove(p, &vmas);
 	if (len) {
-		malloc_extent_put(p, len);
+		malloc_extent_free(p, len, vmas);
 		return;
 	}
 	if (sheaf_preload_foreign_size && sheaf_preload_foreign_size(p)) {

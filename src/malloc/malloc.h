@@ -202,8 +202,10 @@ int sheaf_malloc_trim(void);
 struct sheaf_malloc_counters {
 	uint64_t extent_maps;     /* extents mapped from the OS */
 	uint64_t extent_reuses;   /* large requests served from the extent cache */
-	uint64_t extent_grows;    /* large requests served by growing a smaller cached
-				   * extent with mremap (its pages move, the rest is new) */
+	uint64_t extent_gathers;  /* large requests that no single cached extent held, served
+				   * by moving smaller cached ones into a new mapping with
+				   * mremap (their pages move unfaulted, the rest is new) */
+	uint64_t extent_moves;    /* cached extents so moved */
 	uint64_t extent_merges;   /* freed extents merged with a cached neighbour */
 	uint64_t extent_unmaps;   /* extents given back to the OS */
 	uint64_t extent_remaps;   /* realloc of an extent through mremap */
@@ -225,10 +227,13 @@ void sheaf_malloc_extent_cache_age(void);
 void sheaf_malloc_extent_live_stat(size_t *count, size_t *bytes);
 
 #define SHEAF_MALLOC_EXTENT_DELAY_NS 1000000000ull /* cached extents age out after 1 s */
-/* The extent cache holds as many bytes as the live extents take, at least
- * SHEAF_MALLOC_EXTENT_CACHE_BYTES and at most SHEAF_MALLOC_EXTENT_CACHE_MAX. */
+/* The extent cache holds as many bytes as the live extents took at their peak (renewed
+ * while the cache serves requests, forgotten after SHEAF_MALLOC_EXTENT_DELAY_NS without)
+ * and a quarter more, at least SHEAF_MALLOC_EXTENT_CACHE_BYTES and at most
+ * SHEAF_MALLOC_EXTENT_CACHE_MAX: a working set freed as a whole and built again is not
+ * faulted in again; idle, it goes back after the delay (extent.c, xc_bound_locked). */
 #define SHEAF_MALLOC_EXTENT_CACHE_BYTES (64u << 20)
-#define SHEAF_MALLOC_EXTENT_CACHE_MAX (256u << 20)
+#define SHEAF_MALLOC_EXTENT_CACHE_MAX (512u << 20)
 #define SHEAF_MALLOC_EXTENT_CACHE_ONE (32u << 20)    /* larger extents are never cached */
 
 /* ---- src/malloc/preload/preload.c: memory of the system allocator ------------------- */

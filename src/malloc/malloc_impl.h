@@ -16,15 +16,15 @@
  * the block must be representable. */
 #define SIZE_LIMIT ((size_t)PTRDIFF_MAX)
 
-static size_t round_up(size_t n, size_t a)
+static inline size_t round_up(size_t n, size_t a)
 {
 	return (n + a - 1) & ~(a - 1);
 }
 
 /* malloc.c: counters of the front end's own paths (sheaf_malloc_counters_get). */
 struct malloc_counters {
-	_Atomic uint64_t extent_maps, extent_reuses, extent_grows, extent_merges, extent_unmaps,
-		extent_remaps;
+	_Atomic uint64_t extent_maps, extent_reuses, extent_gathers, extent_moves, extent_merges,
+		extent_unmaps, extent_remaps;
 	_Atomic uint64_t boot_allocs, foreign_frees, errors;
 };
 extern struct malloc_counters malloc_ctr;
@@ -41,17 +41,64 @@ void malloc_fork_handlers_ensure(void);
 void malloc_report(enum sheaf_error_kind kind, const char *fn, const char *what, const void *ptr,
 		   const char *cache, size_t size) __attribute__((cold, noinline));
 
-/* extent.c: large blocks. */
+/* An extent's kernel mappings (VMAs) as extent.c estimates them (XC_VMAS_MAX): their
+ * number in the low bits; LO_SHARED and HI_SHARED tell that its first or last mapping
+ * goes on into the neighbour it was split from (so that the two, merged again, count it
+ * once: only when both neighbours say so, as a flag left behind by a neighbour that
+ * moved away never meets a partner's). */
+#define EXT_VMAS_LO_SHARED (1u << 30)
+#define EXT_VMAS_HI_SHARED (1u << 31)
+
+/* extent_registry.c: the live extents, by address. */
+/* Record the new extent @p of @len bytes and its kernel mappings @vmas (EXT_VMAS_*);
+ * false when no memory is left for the table. */
+bool malloc_extent_register(void *p, size_t len, unsigned int vmas);
+/* The registered extent at @p now has @len bytes (realloc in place: its end no
+ * longer meets the neighbour it may have been split from). */
+void malloc_extent_set_len(const void *p, size_t len);
+/* The length of the live extent at @p (0: not an extent); @remove takes it out of the
+ * registry. */
+size_t malloc_extent_lookup(const void *p, bool remove);
+/* malloc_extent_lookup(@p, true), and the kernel mappings it was registered with. */
+size_t malloc_extent_remove(const void *p, unsigned int *vmas);
+/* Bytes of the live extents (read racily: the extent cache's bound follows them). */
+size_t malloc_extent_live_bytes(void);
+void malloc_extent_registry_fork_register(void); /* rank MALLOC_SHARD */
+
+/* extent.c: the cache of freed extents. */
+/* At most this many cached extents are moved into one request's mapping. */
+#define MALLOC_EXTENT_GATHER_MAX 16u
+/* What the cache hands out for one request: a single extent that holds it
+ * (n == 1 and one), or up to MALLOC_EXTENT_GATHER_MAX smaller ones for extent_alloc.c to
+ * move into one new mapping (n of them, maybe none). */
+struct malloc_extent_pick {
+	bool one;
+	unsigned int n;
+	struct {
+		char *p;
+		size_t len;
+		unsigned int vmas;
+	} piece[MALLOC_EXTENT_GATHER_MAX];
+};
+
+/* The length of a new mapping for a request of @n bytes: its size step. */
+size_t malloc_extent_len(size_t n);
+/* Cached memory for a request of @need (whole pages) bytes aligned to @align, into *@pk
+ * (taken out of the cache). */
+void malloc_extent_take(size_t need, size_t align, struct malloc_extent_pick *pk);
+/* Unmap the extent @p of @len bytes (counted; a failure is reported). */
+void malloc_extent_unmap(void *p, size_t len);
+/* RLIMIT_AS is set (asked of the kernel). */
+bool malloc_address_space_limited(void);
+/* A freed extent into the cache (or back to the OS). */
+void malloc_extent_free(void *p, size_t len, unsigned int vmas);
+void malloc_extent_fork_register(void); /* ranks MALLOC_EXTENTS, then MALLOC_SHARD */
+
+/* extent_alloc.c: large blocks. */
 /* A new extent of @n bytes aligned to @align (zeroed with @zero), from the cache or the
  * OS; NULL with errno set. */
 void *malloc_large_alloc(size_t n, size_t align, bool zero);
 /* realloc of the extent @p of @len bytes to @n bytes. */
 void *malloc_extent_resize(void *p, size_t len, size_t n);
-/* The length of the live extent at @p (0: not an extent); @remove takes it out of the
- * registry. */
-size_t malloc_extent_lookup(const void *p, bool remove);
-/* A freed extent into the cache (or back to the OS). */
-void malloc_extent_put(void *p, size_t len);
-void malloc_extent_fork_register(void); /* ranks MALLOC_EXTENTS, MALLOC_SHARD */
 
 #endif /* SHEAF_MALLOC_IMPL_H */

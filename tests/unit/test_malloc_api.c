@@ -406,7 +406,7 @@ static void t_misuse_reported(void)
 }
 
 /* Freed extents wait in the cache, are reused best fit, split and merged,
- * grown with mremap, bounded in bytes, and go back after 1 s. */
+ * gathered with mremap, bounded in bytes, and go back after 1 s. */
 static void t_extent_cache(void)
 {
 	sheaf_malloc_extent_cache_drain();
@@ -446,21 +446,22 @@ static void t_extent_cache(void)
 	CHECK(c1.extent_merges - c0.extent_merges == 2);
 	void *r = sheaf_malloc(327680);
 	CHECK(r == p);
-	/* A request larger than anything cached grows a cached extent of at
-	 * least a quarter of it with mremap instead of mapping afresh: the
-	 * resident pages move, only the rest is new (the first bytes held the
-	 * cache's own links). */
+	/* A request larger than anything cached moves the cached extent into a
+	 * new mapping with mremap instead of mapping afresh: the resident pages
+	 * move, only the rest is new (the first bytes held the cache's own
+	 * links). */
 	memset(r, 7, 327680);
 	sheaf_free(r);
 	sheaf_malloc_counters_get(&c0);
 	char *g = sheaf_malloc(1 << 20);
 	sheaf_malloc_counters_get(&c1);
-	CHECK(c1.extent_grows - c0.extent_grows == 1 && c1.extent_maps == c0.extent_maps);
+	CHECK(c1.extent_gathers - c0.extent_gathers == 1 && c1.extent_maps == c0.extent_maps);
 	CHECK(sheaf_usable_size(g) == 1 << 20);
 	CHECK(g[4096] == 7 && g[327679] == 7 && g[327680] == 0 && g[(1 << 20) - 1] == 0);
 	sheaf_free(g);
-	/* Bounded in bytes: with no live extents, 64 MiB.  20 extents of 4 MiB
-	 * (which may merge where the kernel placed them side by side). */
+	/* Bounded in bytes by the live extents' recent peak (and a quarter): 20 extents of
+	 * 4 MiB freed as a whole (which may merge where the kernel placed them side by
+	 * side) are all kept, though none is live any more. */
 	sheaf_malloc_extent_cache_drain();
 	void *v[20];
 	for (unsigned i = 0; i < 20; i++)
@@ -470,7 +471,21 @@ static void t_extent_cache(void)
 		sheaf_free(v[i]);
 	sheaf_malloc_counters_get(&c1);
 	sheaf_malloc_extent_cache_stat(&cnt, &bytes);
-	CHECK(cnt >= 1 && bytes <= SHEAF_MALLOC_EXTENT_CACHE_BYTES && bytes >= (4u << 20));
+	CHECK(cnt >= 1 && bytes == (80u << 20));
+	CHECK(c1.extent_unmaps == c0.extent_unmaps);
+	/* ... and never beyond SHEAF_MALLOC_EXTENT_CACHE_MAX: 160 extents of 4 MiB (address
+	 * space; a page of each is written, by the cache's own links). */
+	sheaf_malloc_extent_cache_drain();
+	enum { NMAX = (SHEAF_MALLOC_EXTENT_CACHE_MAX >> 22) + 32 };
+	static void *vmax[NMAX];
+	for (unsigned i = 0; i < NMAX; i++)
+		REQUIRE((vmax[i] = sheaf_malloc(4 << 20)) != NULL);
+	sheaf_malloc_counters_get(&c0);
+	for (unsigned i = 0; i < NMAX; i++)
+		sheaf_free(vmax[i]);
+	sheaf_malloc_counters_get(&c1);
+	sheaf_malloc_extent_cache_stat(&cnt, &bytes);
+	CHECK(bytes <= SHEAF_MALLOC_EXTENT_CACHE_MAX && bytes >= SHEAF_MALLOC_EXTENT_CACHE_MAX - (32u << 20));
 	CHECK(c1.extent_unmaps - c0.extent_unmaps >= 1);
 	/* With live extents, the bound grows with them (up to
 	 * SHEAF_MALLOC_EXTENT_CACHE_MAX): 100 MiB live, 80 MiB freed, all kept. */

@@ -1,0 +1,236 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_malloc_extents.c - the extent cache serves a working set of large blocks (the
+ * benchmark's "large" shape, issue 17): a set freed as a whole and built again is not
+ * faulted in again; a request that no cached extent holds alone is gathered from
+ * several with mremap (their pages not faulted again, calloc's cleared, alignment
+ * kept); the kernel mappings that gathering makes stay bounded; and an idle set goes
+ * back to the OS after the delay.  Every test
+ * bounds its memory: at most about 100 MiB resident.
+ */
+#include <stdbool.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "harness.h"
+#include "malloc/malloc.h"
+
+static long minflt(void)
+{
+	struct rusage r;
+	getrusage(RUSAGE_SELF, &r);
+	return r.ru_minflt;
+}
+
+/* The process's mappings: lines of /proc/self/maps. */
+static int nmaps(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	int c, n = 0;
+	if (!f)
+		return -1;
+	while ((c = fgetc(f)) != EOF)
+		n += c == '\n';
+	fclose(f);
+	return n;
+}
+
+/* 16 blocks of 4-8 MiB (about 100 MiB, all touched), freed as a whole, then built again
+ * in another order: all of it comes from the cache.  Before, the cache's bound followed
+ * the live bytes down while the set was freed, to 64 MiB, so a third of the set was
+ * unmapped, then mapped and faulted in again. */
+static void t_rebuild(void)
+{
+	enum { N = 16 };
+	size_t sz[N], pages = 0;
+	char *v[N];
+	uint64_t rng = 17;
+	sheaf_malloc_extent_cache_drain();
+	for (int i = 0; i < N; i++) {
+		sz[i] = (4u << 20) + (size_t)(th_rand(&rng) % (4u << 20));
+		v[i] = sheaf_malloc(sz[i]);
+		REQUIRE(v[i] != NULL);
+		/* The whole mapping, its size step's rounding too: every page resident. */
+		memset(v[i], 1, sheaf_usable_size(v[i]));
+	}
+	for (int i = 0; i < N; i++)
+		sheaf_free(v[i]);
+	struct sheaf_malloc_counters c0, c1;
+	sheaf_malloc_counters_get(&c0);
+	long f0 = minflt();
+	for (int i = 0; i < N; i++) {
+		size_t n = sz[(i * 5 + 3) % N]; /* a permutation of the sizes */
+		v[i] = sheaf_malloc(n);
+		REQUIRE(v[i] != NULL);
+		memset(v[i], 2, n);
+		pages += n / 4096;
+	}
+	long f = minflt() - f0;
+	sheaf_malloc_counters_get(&c1);
+	printf("# rebuilt %zu pages: %ld faults; %llu mapped, %llu reused, %llu gathered\n", pages,
+	       f, (unsigned long long)(c1.extent_maps - c0.extent_maps),
+	       (unsigned long long)(c1.extent_reuses - c0.extent_reuses),
+	       (unsigned long long)(c1.extent_gathers - c0.extent_gathers));
+	CHECK(c1.extent_maps == c0.extent_maps);
+	CHECK(c1.extent_unmaps == c0.extent_unmaps);
+#if !SANITIZE_ADDRESS && !SANITIZE_THREAD /* their shadow memory faults too */
+	CHECKF(f < (long)pages / 20, "%ld faults for %zu pages", f, pages);
+#endif
+	for (int i = 0; i < N; i++)
+		sheaf_free(v[i]);
+	sheaf_malloc_extent_cache_drain();
+}
+
+/* Three cached 1 MiB extents, dirty and kept apart by live ones (no merging): a 3 MiB
+ * request takes all three, moved into one new mapping, instead of mapping 3 MiB afresh
+ * or growing one of them and faulting the other 2 MiB in. */
+static void cache_three_apart(char *v[6])
+{
+	sheaf_malloc_extent_cache_drain();
+	for (int i = 0; i < 6; i++) {
+		v[i] = sheaf_malloc(1u << 20);
+		REQUIRE(v[i] != NULL);
+		memset(v[i], 0x5a, 1u << 20);
+	}
+	for (int i = 0; i < 6; i += 2)
+		sheaf_free(v[i]);
+	size_t cnt, bytes;
+	sheaf_malloc_extent_cache_stat(&cnt, &bytes);
+	CHECKF(cnt == 3 && bytes == (3u << 20), "%zu cached, %zu bytes", cnt, bytes);
+}
+
+static void t_gather(void)
+{
+	char *v[6];
+	struct sheaf_malloc_counters c0, c1;
+	/* calloc: the moved pages are cleared, none faulted. */
+	cache_three_apart(v);
+	sheaf_malloc_counters_get(&c0);
+	long f0 = minflt();
+	unsigned char *p = sheaf_calloc(1, 3u << 20);
+	long f = minflt() - f0;
+	sheaf_malloc_counters_get(&c1);
+	REQUIRE(p != NULL);
+	printf("# 3 MiB gathered from three cached extents: %ld faults\n", f);
+	CHECK(c1.extent_gathers - c0.extent_gathers == 1 && c1.extent_moves - c0.extent_moves == 3);
+	CHECK(c1.extent_maps == c0.extent_maps && c1.extent_unmaps == c0.extent_unmaps);
+	CHECK(sheaf_usable_size(p) == 3u << 20);
+	size_t nonzero = 0;
+	for (size_t i = 0; i < 3u << 20; i++)
+		nonzero += p[i] != 0;
+	CHECKF(nonzero == 0, "%zu bytes not cleared", nonzero);
+#if !SANITIZE_ADDRESS && !SANITIZE_THREAD
+	CHECKF(f < 64, "%ld faults for 768 pages moved", f);
+#endif
+	memset(p, 3, 3u << 20);
+	sheaf_free(p);
+	for (int i = 1; i < 6; i += 2)
+		sheaf_free(v[i]);
+	/* Aligned beyond a page: the new mapping is, wherever the parts were. */
+	cache_three_apart(v);
+	sheaf_malloc_counters_get(&c0);
+	char *a = sheaf_aligned_alloc(2u << 20, 3u << 20);
+	sheaf_malloc_counters_get(&c1);
+	REQUIRE(a != NULL);
+	CHECK(((uintptr_t)a & ((2u << 20) - 1)) == 0);
+	CHECK(c1.extent_gathers - c0.extent_gathers == 1 && c1.extent_maps == c0.extent_maps);
+	memset(a, 4, 3u << 20);
+	/* realloc of a gathered extent (several kernel mappings): it grows by a copy where
+	 * mremap cannot grow it, contents kept. */
+	char *r = sheaf_realloc(a, 5u << 20);
+	REQUIRE(r != NULL);
+	CHECK(r[0] == 4 && r[(3u << 20) - 1] == 4);
+	sheaf_free(r);
+	for (int i = 1; i < 6; i += 2)
+		sheaf_free(v[i]);
+	sheaf_malloc_extent_cache_drain();
+}
+
+/* Gathering moves extents into mappings of their own, and moving part of a split one
+ * cuts the kernel's mapping in two; the extents' mappings are bounded (XC_VMAS_MAX in
+ * extent.c), so that a long run of replacements leaves the process's mapping count
+ * flat.  Without the bound it rose by 4,700 over these 20,000 replacements, for ever,
+ * towards vm.max_map_count (and the run took 11 s of system time instead of 0.3 s).
+ * Blocks are touched at both ends only: mappings, not memory, are what is counted. */
+static void t_mappings_bounded(void)
+{
+	enum { SLOTS = 8, ITERS = 20000 };
+	char *s[SLOTS] = { 0 };
+	uint64_t rng = 7;
+	int worst = 0;
+	sheaf_malloc_extent_cache_drain();
+	int m0 = nmaps();
+	REQUIRE(m0 > 0);
+	for (int i = 0; i < ITERS; i++) {
+		uint64_t x = th_rand(&rng);
+		size_t n = (1u << 20) + (size_t)((x >> 16) % (7u << 20));
+		char *b = sheaf_malloc(n);
+		REQUIRE(b != NULL);
+		b[0] = b[n - 1] = 1;
+		unsigned int k = (unsigned int)(x % SLOTS);
+		sheaf_free(s[k]);
+		s[k] = b;
+		if (i % 2000 == 1999) {
+			int d = nmaps() - m0;
+			worst = d > worst ? d : worst;
+		}
+	}
+	struct sheaf_malloc_counters c;
+	sheaf_malloc_counters_get(&c);
+	printf("# mappings: at most %d more over %d replacements (%llu gathers so far)\n", worst,
+	       ITERS, (unsigned long long)c.extent_gathers);
+	CHECKF(worst <= 1500, "%d more mappings", worst);
+	for (int i = 0; i < SLOTS; i++)
+		sheaf_free(s[i]);
+	sheaf_malloc_extent_cache_drain();
+}
+
+/* The cache keeps a working set for reuse, not for ever: freed and left alone (no
+ * further malloc call), it goes back to the OS after the delay, by the reaper thread's
+ * ageing (1 s idle, checked every SHEAF_REAP_MS = 250 ms). */
+static void t_idle_returns(void)
+{
+	enum { N = 12 };
+	char *v[N];
+	/* The reaper starts with the core, which a program of large blocks only never
+	 * initialises (docs/malloc.md, Limits): a small block does. */
+	sheaf_free(sheaf_malloc(100));
+	sheaf_malloc_extent_cache_drain();
+	size_t before = th_rss();
+	for (int i = 0; i < N; i++) {
+		v[i] = sheaf_malloc((4u << 20) + (size_t)i * (256u << 10));
+		REQUIRE(v[i] != NULL);
+		memset(v[i], 1, sheaf_usable_size(v[i]));
+	}
+	size_t peak = th_rss();
+	for (int i = 0; i < N; i++)
+		sheaf_free(v[i]);
+	size_t cnt, bytes;
+	sheaf_malloc_extent_cache_stat(&cnt, &bytes);
+	CHECKF(bytes >= (48u << 20), "%zu bytes cached", bytes); /* kept for reuse */
+	/* Up to 4 s (a loaded machine): the reaper takes the extents out of the cache,
+	 * then unmaps them outside its lock. */
+	size_t after = peak;
+	for (int waited = 0; waited < 40 && (bytes || after >= before + (peak - before) / 4);
+	     waited++) {
+		struct timespec ts = { 0, 100 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+		sheaf_malloc_extent_cache_stat(&cnt, &bytes);
+		after = th_rss();
+	}
+	printf("# rss before %zu KiB, peak %zu KiB, idle %zu KiB; %zu bytes cached\n", before >> 10,
+	       peak >> 10, after >> 10, bytes);
+	CHECK(cnt == 0 && bytes == 0);
+#if !SANITIZE_THREAD /* TSan's shadow of the freed pages stays resident */
+	CHECK(after < before + (peak - before) / 4);
+#endif
+}
+
+int main(void)
+{
+	RUN(t_rebuild);
+	RUN(t_gather);
+	RUN(t_mappings_bounded);
+	RUN(t_idle_returns);
+	return th_done();
+}
