@@ -31,6 +31,8 @@ static size_t bulk_from_sheaves(struct sheaf_cache *c, size_t n, void **objs)
 	struct sheaf_pcs *pcs = sheaf_pcs_lock(c);
 	if (!pcs)
 		return done;
+	/* Larger than a sheaf, on a cache whose capacity adapts (D2): after the loop. */
+	bool larger = n > pcs->main->capacity && atomic_load_explicit(&c->capacity_adaptive, memory_order_relaxed);
 	while (done < n) {
 		struct sheaf_sheaf *m = pcs->main;
 		uint32_t take = (uint32_t)SHEAF_MIN((size_t)m->size, n - done);
@@ -49,6 +51,8 @@ static size_t bulk_from_sheaves(struct sheaf_cache *c, size_t n, void **objs)
 		if (!sheaf_pcs_swap_or_barn(c, pcs) || !pcs->main->size)
 			break;
 	}
+	if (larger)
+		sheaf_pcs_bulk_fit(c, pcs, n);
 	sheaf_pcs_unlock(c, pcs);
 	return done;
 }
@@ -141,16 +145,19 @@ SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **
 }
 
 /* Objects that passed sheaf_free_batch_check (they carry the free mark), all with
- * page-map key @key, that the fast path did not take: onto the calling CPU's (or
- * thread's) sheaves under the pcs lock, exchanging a full main with the barn as often
- * as needed, or to their slabs (another node's objects, K§2.5; no pcs). */
-static void free_checked_locked(struct sheaf_cache *c, void *const *objs, size_t k, uintptr_t key)
+ * page-map key @key, that the fast path did not take (the last @k of a run of @run):
+ * onto the calling CPU's (or thread's) sheaves under the pcs lock, exchanging a full
+ * main with the barn as often as needed, or to their slabs (another node's objects,
+ * K§2.5; no pcs). */
+static void free_checked_locked(struct sheaf_cache *c, void *const *objs, size_t k, uintptr_t key, size_t run)
 {
 	struct sheaf_pcs *pcs = sheaf_pcs_lock(c);
 	if (!pcs)
 		sheaf_stat_atomic(c, SHEAF_STAT_PCS_LOCK_FAIL, 1);
 	else if (key == pcs->key || (c->policy.cache_remote_on_memoryless && !sheaf_g.node_has_mem[pcs->node])) {
 		/* K§2.5: remote objects bypass the sheaves, except on a memoryless node (D3). */
+		bool larger = run > pcs->main->capacity &&
+			      atomic_load_explicit(&c->capacity_adaptive, memory_order_relaxed); /* D2 */
 		while (k) {
 			struct sheaf_sheaf *m = pcs->main;
 			if (m->size >= m->capacity && !sheaf_pcs_replace_full_main(c, pcs))
@@ -163,6 +170,8 @@ static void free_checked_locked(struct sheaf_cache *c, void *const *objs, size_t
 			objs += take;
 			k -= take;
 		}
+		if (larger)
+			sheaf_pcs_bulk_fit(c, pcs, run);
 	}
 	if (pcs)
 		sheaf_pcs_unlock(c, pcs);
@@ -179,6 +188,7 @@ static void free_checked_locked(struct sheaf_cache *c, void *const *objs, size_t
  * main's worth, or one memcpy per-thread), then the locked path for the rest. */
 static inline void free_checked(struct sheaf_cache *c, void *const *objs, size_t k, uintptr_t key)
 {
+	size_t run = k;
 	while (k) {
 		uint64_t want = SHEAF_MIN(k, (size_t)SHEAF_BULK_BATCH_MAX);
 		uint32_t got = sheaf_cpu_push_n(c, objs, want, key);
@@ -190,7 +200,7 @@ static inline void free_checked(struct sheaf_cache *c, void *const *objs, size_t
 		k -= got;
 	}
 	if (k)
-		free_checked_locked(c, objs, k, key);
+		free_checked_locked(c, objs, k, key, run);
 }
 
 SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **objs)
