@@ -203,6 +203,17 @@ static inline void free_checked(struct sheaf_cache *c, void *const *objs, size_t
 		free_checked_locked(c, objs, k, key, run);
 }
 
+/* sheaf_free_batch_check in a function of its own, starting on a 64-byte line: where
+ * its loop falls relative to the instruction-fetch lines then depends on this function
+ * alone, not on every edit of the code around it (issue 18: the same loop ran 15-20 %
+ * slower on AMD EPYC when an unrelated change moved it across a 64-byte boundary). */
+static sheaf_noinline __attribute__((aligned(64))) size_t bulk_check(struct sheaf_cache *c, void *const *objs,
+								     size_t n, uintptr_t *key,
+								     enum sheaf_batch_stop *stop)
+{
+	return sheaf_free_batch_check(c, objs, n, key, stop);
+}
+
 SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **objs)
 {
 	if (!objs || !n)
@@ -223,7 +234,7 @@ SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **obj
 	while (i < n) {
 		uintptr_t key;
 		enum sheaf_batch_stop stop;
-		size_t k = sheaf_free_batch_check(c, objs + i, n - i, &key, &stop);
+		size_t k = bulk_check(c, objs + i, n - i, &key, &stop);
 		if (k)
 			free_checked(c, objs + i, k, key);
 		i += k;

@@ -238,7 +238,8 @@ void sheaf_rseq_fork_child(void);
 	"2:\n\t"                                                               \
 	"and $-4, %%r9\n\t"                                                    \
 	"jz 4f\n\t"                                                            \
-	"xor %%r10d, %%r10d\n"                                                 \
+	"xor %%r10d, %%r10d\n\t"                                               \
+	".p2align 6\n"                                                         \
 	"3:\n\t"                                                               \
 	"movdqu (%%rsi,%%r10,8), %%xmm0\n\t"                                   \
 	"movdqu 16(%%rsi,%%r10,8), %%xmm1\n\t"                                 \
