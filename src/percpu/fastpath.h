@@ -350,6 +350,58 @@ enum sheaf_batch_stop {
 			       objs[0..k) are where the search can see them */
 };
 
+/* The loop of sheaf_free_batch_check from objs[0] on (objs[0] has key @run, so its slab
+ * is known), every invariant in a register.  Objects come in runs from one slab, and
+ * slabs are aligned to their size with every page of a slab under the slab's key
+ * (slab/slab.c), so an object in the slab of the last one looked up has key @run: the
+ * page-map load is made only when the slab changes, (obj ^ slab) & ~slab_mask != 0.  A
+ * power-of-two slot (@p2 the start mask, else 0) folds the object-start test (one AND,
+ * as sheaf_cpu_free, slab/freecheck.h) into that same test; another slot size makes
+ * the reciprocal one (@recip).  @mark_word1 (a constant where this is inlined): the
+ * mark is the second word.  Returns the prefix length, the reason in *@stop. */
+sheaf_fast_inline size_t sheaf_batch_check_loop(const struct sheaf_cache *c, void *const *objs, size_t n,
+						uintptr_t run, uintptr_t p2, bool recip, bool mark_word1,
+						enum sheaf_batch_stop *stop)
+{
+	/* Locals, not fields: the mark stores may alias them (they would be reloaded for
+	 * every object).  The heap's size is read once: every object of the call was
+	 * allocated before it began. */
+	const uintptr_t base = (uintptr_t)sheaf_heap.base, limit = sheaf_rd(sheaf_heap.size);
+	const uintptr_t *pagemap = sheaf_heap.pagemap;
+	const uintptr_t hi = ~c->slab_mask, test = hi | p2, fkey = sheaf_free_key;
+	const uintptr_t mark_off = mark_word1 ? 8 : (c->free_mark ? c->mark_offset : 0);
+	uintptr_t slab = (uintptr_t)objs[0] & hi;
+	size_t i;
+	for (i = 0; i < n; i++) {
+		uintptr_t obj = (uintptr_t)objs[i], x = obj ^ slab;
+		if (sheaf_unlikely(x & test)) {
+			if (x & hi) { /* another slab: its key */
+				uintptr_t off = obj - base;
+				if (off >= limit || __atomic_load_n(&pagemap[off >> SHEAF_PAGE_SHIFT],
+								    __ATOMIC_RELAXED) != run)
+					break;
+				slab = obj & hi;
+			}
+			if (obj & p2)
+				break;
+		}
+		if (recip && sheaf_unlikely(!sheaf_obj_is_start(c, (void *)obj)))
+			break;
+		if (sheaf_unlikely(sheaf_track_obj_free(c, (void *)obj)))
+			break;
+		if (mark_off) {
+			sheaf_mark_t *mk = (sheaf_mark_t *)(obj + mark_off);
+			if (sheaf_unlikely(*mk == fkey)) {
+				*stop = SHEAF_BATCH_MARKED;
+				return i;
+			}
+			*mk = fkey;
+		}
+	}
+	*stop = i == n ? SHEAF_BATCH_END : SHEAF_BATCH_OTHER;
+	return i;
+}
+
 /* The checks every single free makes (sheaf_thread_push, the slow path's
  * cache_free_ptr_ok and sheaf_free_mark_take; slab/freecheck.h), made for a run of
  * objects before any of them is copied into a sheaf: the longest prefix of @objs whose
@@ -368,46 +420,14 @@ sheaf_fast_inline size_t sheaf_free_batch_check(struct sheaf_cache *c, void *con
 		*stop = SHEAF_BATCH_OTHER;
 		return 0;
 	}
-	/* Everything the loop reads but the objects, in locals: the mark stores could
-	 * otherwise alias them and have them reloaded for every object.  The heap's size
-	 * is read once: every object of the call was allocated before it began. */
-	const uintptr_t base = (uintptr_t)sheaf_heap.base, limit = sheaf_rd(sheaf_heap.size);
-	const uintptr_t *pagemap = sheaf_heap.pagemap;
-	const uintptr_t mask = c->slab_mask;
-	const uint64_t recip = c->slot_recip, slot = c->slot_size, fkey = sheaf_free_key;
+	/* The usual cache (plain, power-of-two slot, checks on) gets its own copy of the
+	 * loop, with no test of the cases it is not. */
+	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1_P2) && !SHEAF_TRACK_ENABLED)
+		return sheaf_batch_check_loop(c, objs, n, run, c->start_mask, false, true, stop);
 	const bool checks = c->free_checks;
-	const int mark = c->free_mark;
-	const size_t mark_off = mark == SHEAF_MARK_WORD1 ? 8 : c->mark_offset;
-	for (size_t i = 0; i < n; i++) {
-		void *obj = objs[i];
-		uintptr_t off = (uintptr_t)obj - base;
-		if (i && sheaf_unlikely(off >= limit ||
-					__atomic_load_n(&pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED) != run)) {
-			*stop = SHEAF_BATCH_OTHER;
-			return i;
-		}
-		if (checks) { /* sheaf_obj_is_start, with the geometry in registers */
-			uintptr_t in = (uintptr_t)obj & mask;
-			if (sheaf_unlikely(((in * recip) >> 32) * slot != in)) {
-				*stop = SHEAF_BATCH_OTHER;
-				return i;
-			}
-		}
-		if (sheaf_unlikely(sheaf_track_obj_free(c, obj))) {
-			*stop = SHEAF_BATCH_OTHER;
-			return i;
-		}
-		if (mark) {
-			sheaf_mark_t *mk = (sheaf_mark_t *)((uintptr_t)obj + mark_off);
-			if (sheaf_unlikely(*mk == fkey)) {
-				*stop = SHEAF_BATCH_MARKED;
-				return i;
-			}
-			*mk = fkey;
-		}
-	}
-	*stop = SHEAF_BATCH_END;
-	return n;
+	const uintptr_t p2 = checks ? c->start_mask : 0;
+	return sheaf_batch_check_loop(c, objs, n, run, p2, checks && !p2, c->free_mark >= SHEAF_MARK_WORD1,
+				      stop);
 }
 
 #endif /* SHEAF_PERCPU_FASTPATH_H */

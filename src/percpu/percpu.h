@@ -122,6 +122,9 @@ void sheaf_capacity_adapt(struct sheaf_cache *c, int dir);
 bool sheaf_pcs_replace_empty_main(struct sheaf_cache *c, struct sheaf_pcs *pcs);
 bool sheaf_pcs_swap_or_barn(struct sheaf_cache *c, struct sheaf_pcs *pcs); /* no refill */
 bool sheaf_pcs_replace_full_main(struct sheaf_cache *c, struct sheaf_pcs *pcs);
+/* A bulk call of @n objects needed more than main (issue 18): the capacity steps up if
+ * @n is larger (D2), and empty main or spare sheaves of a smaller capacity are renewed. */
+void sheaf_pcs_bulk_fit(struct sheaf_cache *c, struct sheaf_pcs *pcs, size_t n);
 /* Flush everything the pcs caches into barns (thread exit) or slabs (@to_slabs). */
 void sheaf_pcs_drain(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool to_slabs);
 void sheaf_pcs_harvest(struct sheaf_pcs *pcs); /* fold fast-path counts into pcs->stat */

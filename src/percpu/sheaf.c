@@ -312,6 +312,34 @@ static bool replace_empty(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool ref
 	return refill && refill_main(c, pcs, b);
 }
 
+/* ---- Bulk calls larger than a sheaf (issue 18) ----------------------------------------- */
+
+/* D2 for bulk callers: a call for @n objects, more than the current capacity, moves the
+ * adaptive capacity one step up; then an empty main or spare of a smaller capacity gives
+ * way at once (main to an empty sheaf of the current capacity, the spare to none).
+ * Without that, main and spare of the old capacity would swap under the pcs lock on every
+ * such call and never pass through the barn, where stale sheaves are retired (a batch of
+ * 128 on capacity 121: two lock round trips per alloc/free pair).  A cache that does not
+ * adapt (a capacity given, SHEAF_KERNEL_COMPAT, the top step) keeps its sheaves. */
+void sheaf_pcs_bulk_fit(struct sheaf_cache *c, struct sheaf_pcs *pcs, size_t n)
+{
+	if (n > cur_capacity(c))
+		sheaf_capacity_adapt(c, 1);
+	uint32_t cap = cur_capacity(c);
+	struct sheaf_sheaf *m = pcs->main, *sp = pcs->spare;
+	if (sp && !sp->size && sp->capacity < cap) {
+		sheaf_sheaf_free(c, sp);
+		pcs->spare = NULL;
+	}
+	if (!is_sentinel(m) && !m->size && m->capacity < cap) {
+		struct sheaf_sheaf *e = get_empty(c, sheaf_pcs_barn(c, pcs));
+		if (e) {
+			sheaf_sheaf_free(c, m);
+			install_main(pcs, e);
+		}
+	}
+}
+
 /* ---- Main full (K§2.6) -------------------------------------------------------------- */
 
 /* Step 4 of replace-full, both main and spare full: both go to the barn in one visit

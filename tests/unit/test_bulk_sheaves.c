@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sheaf.h>
+#include <stdlib.h>
 #include <sheaf_stats.h>
 
 static struct sheaf_stats stats_of(struct sheaf_cache *c)
@@ -85,8 +86,50 @@ static void test_whole_sheaves(void)
 	sheaf_cache_destroy(c);
 }
 
+/* Bulk calls larger than a sheaf on a cache of the default, adaptive capacity (121 for
+ * 64 bytes): each alloc and each free of 128 took the pcs lock to swap main and spare
+ * (SHEAF_SWAP twice per round, no barn).  The adaptive capacity (D2) now steps up for
+ * such calls, and main and spare of the old capacity give way once empty, so that the
+ * calls stay in main. */
+static void test_larger_than_capacity(void)
+{
+	if (getenv("SHEAF_SHEAF_CAPACITY")) {
+		printf("# skipped: SHEAF_SHEAF_CAPACITY fixes the capacity\n");
+		return;
+	}
+	struct sheaf_cache *c = sheaf_cache_create("bulk-grow", 64, NULL);
+	REQUIRE(c);
+	enum {
+		B = 128
+	};
+	void *v[B];
+	REQUIRE(stats_of(c).sheaf_capacity < B); /* else the test proves nothing */
+	for (int i = 0; i < 4; i++) {
+		REQUIRE(sheaf_cache_alloc_bulk(c, B, v) == B);
+		sheaf_cache_free_bulk(c, B, v);
+	}
+	struct sheaf_stats s0 = stats_of(c);
+	for (int i = 0; i < 100; i++) {
+		REQUIRE(sheaf_cache_alloc_bulk(c, B, v) == B);
+		sheaf_cache_free_bulk(c, B, v);
+	}
+	struct sheaf_stats s1 = stats_of(c);
+	printf("# capacity %llu (default %llu, %llu steps up); 100 rounds of %d: %llu swaps, %llu barn gets\n",
+	       (unsigned long long)s1.sheaf_capacity, (unsigned long long)s1.capacity_default,
+	       (unsigned long long)s1.capacity_grows, B,
+	       (unsigned long long)DELTA(s0, s1, SHEAF_SWAP),
+	       (unsigned long long)DELTA(s0, s1, BARN_GET));
+	CHECK(s1.sheaf_capacity >= B);
+	CHECK(DELTA(s0, s1, SHEAF_SWAP) == 0);
+	CHECK(DELTA(s0, s1, BARN_GET) + DELTA(s0, s1, BARN_PUT) + DELTA(s0, s1, ALLOC_SLOWPATH) +
+		      DELTA(s0, s1, FREE_SLOWPATH) ==
+	      0);
+	sheaf_cache_destroy(c);
+}
+
 int main(void)
 {
 	RUN(test_whole_sheaves);
+	RUN(test_larger_than_capacity);
 	return th_done();
 }
