@@ -31,7 +31,7 @@
 #
 # The malloc front end's sheaf_malloc and sheaf_free (src/malloc/malloc.h) are counted the
 # same way, for a power-of-two size class (64 or 256 bytes, the benchmark's rows).
-# sheaf_malloc, 22: the size bound and the table load of the class cache (9), the same pop
+# sheaf_malloc, 21: the size bound and the table load of the class cache (8), the same pop
 # as sheaf_cache_alloc (11), the mark's clearing (1: a class cache's mark, if any, is always
 # the second word, so its kind is not tested; 4 until 2026-11-27), ret.  sheaf_free, 31:
 # the page-map key (subtract, bound, shift, load, zero test: 10; 12 until 2026-11-27, when

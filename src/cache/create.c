@@ -470,7 +470,7 @@ SHEAF_API struct sheaf_cache *sheaf_cache_create(const char *name, size_t size,
 	}
 	int saved_errno = errno;
 	struct sheaf_cache *c = sheaf_cache_create_internal(name, size, args, false);
-	/* The malloc front end starts the reaper itself, later (sheaf_free_slowpath): a
+	/* The malloc front end starts the reaper itself, later (sheaf_malloc_reaper_start): a
 	 * class cache may be created inside malloc, where no thread may be started. */
 	if (c && !(c->flags & SHEAF_CACHE_MALLOC_CLASS))
 		sheaf_reaper_kick();

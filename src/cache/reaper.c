@@ -16,8 +16,10 @@
  *
  * Start: lazily, from places that hold no lock: sheaf_cache_create() of a user cache
  * (a program using the cache API gets it at once), and for the malloc front end
- * (linked or preloaded) a free's slow path once Sheaf's heap has grown to
- * SHEAF_REAP_MALLOC_START (16 MiB): a small tool run under the preload library stays
+ * (linked or preloaded) an allocation's slow path once Sheaf's heap, or its live large
+ * blocks, reach SHEAF_REAP_MALLOC_START (16 MiB), never a free (malloc/malloc.h:
+ * glibc frees under its stack-cache lock, which pthread_create takes): a small tool
+ * run under the preload library stays
  * single-threaded (unshare(CLONE_NEWUSER) refuses a multi-threaded caller, for one).  A forked child has no reaper (see
  * fork_release_reaper); it still shrinks on sheaf_cache_shrink()/malloc_trim().
  *

@@ -524,17 +524,8 @@ void malloc_extent_free(void *p, size_t len, unsigned int vmas)
 	xc.bytes += len;
 	xc_tab_put_locked((uintptr_t)x, x);
 	xc_tab_put_locked(((uintptr_t)x + len) | 1u, x);
-	size_t cached = xc.bytes;
 	sheaf_mutex_unlock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 	xc_unmap(victims);
-	/* A program of large blocks only may never grow Sheaf's heap to the
-	 * reaper's threshold: start it for the cached extents too, so that they
-	 * still go back after the delay when the program goes idle (once the
-	 * core is initialised: sheaf_reaper_kick() does nothing before, and
-	 * only small blocks initialise it).  No lock of ours is held here. */
-	if (sheaf_unlikely(cached >= SHEAF_REAP_MALLOC_START) &&
-	    !atomic_load_explicit(&sheaf_reaper_kicked, memory_order_relaxed) && !malloc_tls_creating)
-		sheaf_reaper_kick();
 }
 
 void sheaf_malloc_extent_cache_drain(void)

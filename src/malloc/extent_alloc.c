@@ -166,6 +166,14 @@ void *malloc_large_alloc(size_t n, size_t align, bool zero)
 		errno = ENOMEM;
 		return NULL;
 	}
+	/* A program of large blocks only may never grow Sheaf's heap to the reaper's
+	 * threshold: its live extents count too, so that the ones it frees still go back
+	 * after the delay when it goes idle (once the core is initialised:
+	 * sheaf_reaper_kick() does nothing before, and only small blocks initialise it).
+	 * From an allocation, never from a free (malloc.h sheaf_malloc_reaper_start). */
+	if (unlikely(!atomic_load_explicit(&sheaf_reaper_kicked, memory_order_relaxed)) &&
+	    malloc_extent_live_bytes() >= SHEAF_REAP_MALLOC_START)
+		sheaf_malloc_reaper_start();
 	return p;
 }
 

@@ -321,6 +321,18 @@ static void *__attribute__((noinline)) no_class(size_t n, size_t align)
 
 /* Slow path of sheaf_malloc_inline(): the class has no cache yet, or the
  * request is an extent. */
+void sheaf_malloc_reaper_start(void)
+{
+	if (!malloc_tls_creating)
+		sheaf_reaper_kick();
+}
+
+void *sheaf_malloc_alloc_reaper(struct sheaf_cache *c)
+{
+	sheaf_malloc_reaper_start();
+	return SHEAF_TRACK_ENABLED ? sheaf_cache_alloc(c) : sheaf_cache_alloc_thread(c);
+}
+
 void *sheaf_malloc_slow(size_t n)
 {
 	if (n > SHEAF_SC_MAX)
@@ -347,10 +359,6 @@ void sheaf_free_slowpath(void *p)
 	struct sheaf_cache *fc = n != NULL ? n->malloc_cache : NULL;
 	/* The per-thread push was tried inline (malloc.h); in ASan and Valgrind builds
 	 * sheaf_cache_free below makes it, tracking the object. */
-	/* The reaper starts here, where no lock of ours is held, once the heap
-	 * is big enough (cache/cache.h, reaper.c). */
-	if (sheaf_unlikely(sheaf_reaper_wanted_by_malloc()) && !malloc_tls_creating)
-		sheaf_reaper_kick();
 	int *ep = sheaf_malloc_errno_ptr();
 	int e = *ep;
 	if (sheaf_likely(fc != NULL)) {

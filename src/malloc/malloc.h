@@ -43,6 +43,15 @@ extern struct sheaf_cache *_Atomic sheaf_malloc_small[SHEAF_SC_TABLE_MAX / 8 + 1
  * new thread look it up once. */
 extern __thread int *sheaf_malloc_tls_errno;
 int *sheaf_malloc_errno_slow(void);
+/* Start the reaper thread (cache/reaper.c) once Sheaf holds SHEAF_REAP_MALLOC_START:
+ * called from allocations only, never from a free, and with no lock of ours held.
+ * glibc frees memory (a thread's dtv, when it reclaims cached thread stacks) while it
+ * holds its stack-cache lock, which pthread_create takes: a free that started the
+ * reaper there deadlocked (test_preload_rlimit, seen once in this project). */
+void sheaf_malloc_reaper_start(void) __attribute__((noinline));
+/* The same, then the allocation from @c's slow path: a tail call from the inline
+ * malloc, which so needs no stack frame of its own. */
+void *sheaf_malloc_alloc_reaper(struct sheaf_cache *c) __attribute__((noinline));
 void *sheaf_malloc_slow(size_t n);
 /* free of anything but a size-class object: extents, bootstrap memory,
  * glibc's memory (preload), errors.  @c: the owning cache if not malloc's. */
@@ -109,8 +118,11 @@ static inline void *sheaf_malloc_inline(size_t n)
 				return o;
 			}
 		}
-		/* The slow path; ASan and Valgrind builds (track.h) take sheaf_cache_alloc,
+		/* The slow path, where the heap grows: the reaper's start (a call only until
+		 * it has started); ASan and Valgrind builds (track.h) take sheaf_cache_alloc,
 		 * which tracks the object its own pop returns. */
+		if (sheaf_unlikely(sheaf_reaper_wanted_by_malloc()))
+			return sheaf_malloc_alloc_reaper(c);
 		return SHEAF_TRACK_ENABLED ? sheaf_cache_alloc(c) : sheaf_cache_alloc_thread(c);
 	}
 	return sheaf_malloc_slow(n);

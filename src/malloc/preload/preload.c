@@ -437,7 +437,7 @@ static void __attribute__((constructor)) preload_start(void)
 	/* Create the first class now, while the process is most likely still
 	 * single-threaded, so the core's start-up is out of the way. */
 	sheaf_free(sheaf_malloc(1)); /* (malloc/free would be elided as builtins) */
-	/* The reaper starts later, once the heap is big (sheaf_free_slowpath). */
+	/* The reaper starts later, once the heap is big (sheaf_malloc_reaper_start). */
 }
 
 static void __attribute__((destructor)) preload_exit(void)
