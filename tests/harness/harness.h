@@ -7,6 +7,7 @@
 #ifndef SHEAF_HARNESS_H
 #define SHEAF_HARNESS_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -42,24 +43,24 @@
 
 static int th_fails, th_checks, th_tests;
 
-#define CHECK(cond)                                                                        \
-	do {                                                                               \
-		th_checks++;                                                               \
-		if (!(cond)) {                                                             \
-			th_fails++;                                                        \
-			fprintf(stderr, "# FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);   \
-		}                                                                          \
+#define CHECK(cond)                                                                       \
+	do {                                                                              \
+		th_checks++;                                                              \
+		if (!(cond)) {                                                            \
+			th_fails++;                                                       \
+			fprintf(stderr, "# FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+		}                                                                         \
 	} while (0)
 
-#define CHECKF(cond, ...)                                                                  \
-	do {                                                                               \
-		th_checks++;                                                               \
-		if (!(cond)) {                                                             \
-			th_fails++;                                                        \
-			fprintf(stderr, "# FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);   \
-			fprintf(stderr, __VA_ARGS__);                                      \
-			fputc('\n', stderr);                                               \
-		}                                                                          \
+#define CHECKF(cond, ...)                                                                 \
+	do {                                                                              \
+		th_checks++;                                                              \
+		if (!(cond)) {                                                            \
+			th_fails++;                                                       \
+			fprintf(stderr, "# FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+			fprintf(stderr, __VA_ARGS__);                                     \
+			fputc('\n', stderr);                                              \
+		}                                                                         \
 	} while (0)
 
 /* Abort the whole test at once (for conditions later checks depend on). */
@@ -67,20 +68,20 @@ static int th_fails, th_checks, th_tests;
 	do {                                                                               \
 		th_checks++;                                                               \
 		if (!(cond)) {                                                             \
-			fprintf(stderr, "# FATAL %s:%d: %s\n", __FILE__, __LINE__, #cond);  \
+			fprintf(stderr, "# FATAL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
 			printf("Bail out!\n");                                             \
 			exit(1);                                                           \
 		}                                                                          \
 	} while (0)
 
 /* Run one named sub-test and print a TAP line for it. */
-#define RUN(fn)                                                                            \
-	do {                                                                               \
-		int before_ = th_fails;                                                    \
-		th_tests++;                                                                \
-		fn();                                                                      \
+#define RUN(fn)                                                                               \
+	do {                                                                                  \
+		int before_ = th_fails;                                                       \
+		th_tests++;                                                                   \
+		fn();                                                                         \
 		printf("%s %d - %s\n", th_fails == before_ ? "ok" : "not ok", th_tests, #fn); \
-		fflush(stdout);                                                            \
+		fflush(stdout);                                                               \
 	} while (0)
 
 static inline int th_done(void)
@@ -169,6 +170,29 @@ static inline uint64_t th_rand(uint64_t *s)
 }
 
 /* Resident set size of this process in bytes (from /proc/self/statm). */
+/* Threads of this process whose name (comm) starts with @prefix; -1 if /proc is not
+ * readable. */
+static inline int th_threads_named(const char *prefix)
+{
+	int n = 0;
+	DIR *d = opendir("/proc/self/task");
+	if (!d)
+		return -1;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		char path[300], comm[64] = "";
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f) && !strncmp(comm, prefix, strlen(prefix)))
+			n++;
+		fclose(f);
+	}
+	closedir(d);
+	return n;
+}
+
 static inline size_t th_rss(void)
 {
 	FILE *f = fopen("/proc/self/statm", "r");

@@ -41,7 +41,9 @@ static int nmaps(void)
  * unmapped, then mapped and faulted in again. */
 static void t_rebuild(void)
 {
-	enum { N = 16 };
+	enum {
+		N = 16
+	};
 	size_t sz[N], pages = 0;
 	char *v[N];
 	uint64_t rng = 17;
@@ -165,7 +167,10 @@ static void t_gather(void)
  * Blocks are touched at both ends only: mappings, not memory, are what is counted. */
 static void t_mappings_bounded(void)
 {
-	enum { SLOTS = 8, ITERS = 20000 };
+	enum {
+		SLOTS = 8,
+		ITERS = 20000
+	};
 	char *s[SLOTS] = { 0 };
 	uint64_t rng = 7;
 	int worst = 0;
@@ -201,7 +206,9 @@ static void t_mappings_bounded(void)
  * ageing (1 s idle, checked every SHEAF_REAP_MS = 250 ms). */
 static void t_idle_returns(void)
 {
-	enum { N = 12 };
+	enum {
+		N = 12
+	};
 	char *v[N];
 	/* The reaper starts with the core, which a program of large blocks only never
 	 * initialises (docs/malloc.md, Limits): a small block does. */
@@ -237,8 +244,33 @@ static void t_idle_returns(void)
 #endif
 }
 
+/* The malloc front end starts the reaper from an allocation once Sheaf's heap holds
+ * 16 MiB, before any free: never from a free, which glibc makes while holding a lock
+ * that pthread_create takes (malloc/malloc.h sheaf_malloc_reaper_start).  First in
+ * main, before anything else can have started it. */
+static void t_reaper_from_alloc(void)
+{
+	enum {
+		N = 320000
+	}; /* 64-byte blocks: 20 MiB of slabs */
+	void **v = calloc(N, sizeof(void *));
+	REQUIRE(v != NULL);
+	CHECK(th_threads_named("sheaf-reaper") == 0);
+	for (int i = 0; i < N; i++) {
+		v[i] = sheaf_malloc(64);
+		REQUIRE(v[i] != NULL);
+	}
+	int n = th_threads_named("sheaf-reaper");
+	printf("# %d reaper thread(s) after %d allocations and no free\n", n, N);
+	CHECK(n == 1);
+	for (int i = 0; i < N; i++)
+		sheaf_free(v[i]);
+	free(v);
+}
+
 int main(void)
 {
+	RUN(t_reaper_from_alloc);
 	RUN(t_rebuild);
 	RUN(t_gather);
 	RUN(t_mappings_bounded);

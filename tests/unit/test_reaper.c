@@ -17,23 +17,7 @@ static void stats(struct sheaf_cache *c, struct sheaf_stats *st)
 
 static int reaper_threads(void)
 {
-	int n = 0;
-	DIR *d = opendir("/proc/self/task");
-	if (!d)
-		return -1;
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		char path[300], comm[64] = "";
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-		FILE *f = fopen(path, "r");
-		if (!f)
-			continue;
-		if (fgets(comm, sizeof(comm), f) && !strncmp(comm, "sheaf-reaper", 12))
-			n++;
-		fclose(f);
-	}
-	closedir(d);
-	return n;
+	return th_threads_named("sheaf-reaper");
 }
 
 static void sleep_ms(long ms)
