@@ -14,6 +14,18 @@
 
 /* ---- Bulk (K§2.8) ------------------------------------------------------------------ */
 
+/* Should a bulk call of @n objects step the adaptive capacity up (D2)?  When it is
+ * larger than main but within twice its capacity, so that one step makes the call fit
+ * (128 on a 64-byte cache: 121 -> 249).  Much larger calls (512) move sheaves and slabs
+ * either way, and larger sheaves made them slower: bulk512/64 1.4-1.6x the previous
+ * revision with the step taken for every size (2026-11-27, AMD EPYC, three runs). */
+static inline bool bulk_wants_step(struct sheaf_cache *c, const struct sheaf_pcs *pcs, size_t n)
+{
+	uint32_t cap = pcs->main->capacity;
+	return n > cap && n <= 2 * (size_t)cap &&
+	       atomic_load_explicit(&c->capacity_adaptive, memory_order_relaxed);
+}
+
 /* Step 1: as many objects as the calling CPU's main, spare and barn have: first what
  * main holds, in one restartable sequence (or one memcpy per-thread), no lock (issue
  * 18); then under its lock; returns how many went into @objs. */
@@ -32,7 +44,7 @@ static size_t bulk_from_sheaves(struct sheaf_cache *c, size_t n, void **objs)
 	if (!pcs)
 		return done;
 	/* Larger than a sheaf, on a cache whose capacity adapts (D2): after the loop. */
-	bool larger = n > pcs->main->capacity && atomic_load_explicit(&c->capacity_adaptive, memory_order_relaxed);
+	bool larger = bulk_wants_step(c, pcs, n);
 	while (done < n) {
 		struct sheaf_sheaf *m = pcs->main;
 		uint32_t take = (uint32_t)SHEAF_MIN((size_t)m->size, n - done);
@@ -86,7 +98,8 @@ static size_t bulk_from_slabs(struct sheaf_cache *c, size_t rest, void **objs, c
  * call, issue 18); anything else goes there to be reported. */
 static inline bool bulk_cache_ok(const struct sheaf_cache *c)
 {
-	return sheaf_likely(c && __atomic_load_n(&c->magic, __ATOMIC_ACQUIRE) == SHEAF_CACHE_LIVE) ||
+	return sheaf_likely(c &&
+			    __atomic_load_n(&c->magic, __ATOMIC_ACQUIRE) == SHEAF_CACHE_LIVE) ||
 	       sheaf_cache_check(c);
 }
 
@@ -149,15 +162,16 @@ SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **
  * onto the calling CPU's (or thread's) sheaves under the pcs lock, exchanging a full
  * main with the barn as often as needed, or to their slabs (another node's objects,
  * K§2.5; no pcs). */
-static void free_checked_locked(struct sheaf_cache *c, void *const *objs, size_t k, uintptr_t key, size_t run)
+static void free_checked_locked(struct sheaf_cache *c, void *const *objs, size_t k, uintptr_t key,
+				size_t run)
 {
 	struct sheaf_pcs *pcs = sheaf_pcs_lock(c);
 	if (!pcs)
 		sheaf_stat_atomic(c, SHEAF_STAT_PCS_LOCK_FAIL, 1);
-	else if (key == pcs->key || (c->policy.cache_remote_on_memoryless && !sheaf_g.node_has_mem[pcs->node])) {
+	else if (key == pcs->key ||
+		 (c->policy.cache_remote_on_memoryless && !sheaf_g.node_has_mem[pcs->node])) {
 		/* K§2.5: remote objects bypass the sheaves, except on a memoryless node (D3). */
-		bool larger = run > pcs->main->capacity &&
-			      atomic_load_explicit(&c->capacity_adaptive, memory_order_relaxed); /* D2 */
+		bool larger = bulk_wants_step(c, pcs, run); /* D2 */
 		while (k) {
 			struct sheaf_sheaf *m = pcs->main;
 			if (m->size >= m->capacity && !sheaf_pcs_replace_full_main(c, pcs))
@@ -207,8 +221,9 @@ static inline void free_checked(struct sheaf_cache *c, void *const *objs, size_t
  * its loop falls relative to the instruction-fetch lines then depends on this function
  * alone, not on every edit of the code around it (issue 18: the same loop ran 15-20 %
  * slower on AMD EPYC when an unrelated change moved it across a 64-byte boundary). */
-static sheaf_noinline __attribute__((aligned(64))) size_t bulk_check(struct sheaf_cache *c, void *const *objs,
-								     size_t n, uintptr_t *key,
+static sheaf_noinline __attribute__((aligned(64))) size_t bulk_check(struct sheaf_cache *c,
+								     void *const *objs, size_t n,
+								     uintptr_t *key,
 								     enum sheaf_batch_stop *stop)
 {
 	return sheaf_free_batch_check(c, objs, n, key, stop);
