@@ -90,7 +90,7 @@ static inline int sheaf_malloc_class_of(const struct sheaf_cache *c)
 
 /* sheaf_malloc(): one table load gives the class cache (up to 1 KiB; the
  * class index above), then the cache's per-CPU pop, inline. */
-static inline void *sheaf_malloc_inline(size_t n)
+sheaf_fast_inline void *sheaf_malloc_inline(size_t n)
 {
 	struct sheaf_cache *c;
 	if (sheaf_likely(n <= SHEAF_SC_TABLE_MAX))
@@ -143,7 +143,7 @@ void sheaf_free_slowpath(void *p) __attribute__((noinline));
  * Everything else is one tail call, so the fast path needs no stack frame and
  * never touches errno (POSIX 2024 requires free to preserve it).  NULL fails the bound test
  * (NULL - base wraps above the limit) and leaves through the slow path. */
-static inline void sheaf_free_inline(void *p)
+sheaf_fast_inline void sheaf_free_inline(void *p)
 {
 	if (!SHEAF_TRACK_ENABLED) {
 		uintptr_t off = (uintptr_t)p - (uintptr_t)sheaf_heap.base;
