@@ -330,7 +330,7 @@ void sheaf_malloc_reaper_start(void)
 void *sheaf_malloc_alloc_reaper(struct sheaf_cache *c)
 {
 	sheaf_malloc_reaper_start();
-	return SHEAF_TRACK_ENABLED ? sheaf_cache_alloc(c) : sheaf_cache_alloc_thread(c);
+	return sheaf_malloc_class_slow(c);
 }
 
 void *sheaf_malloc_slow(size_t n)

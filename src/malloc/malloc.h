@@ -90,6 +90,13 @@ static inline int sheaf_malloc_class_of(const struct sheaf_cache *c)
 
 /* sheaf_malloc(): one table load gives the class cache (up to 1 KiB; the
  * class index above), then the cache's per-CPU pop, inline. */
+/* A class cache's slow path, after the inline pops missed; ASan and Valgrind builds
+ * (track.h) take sheaf_cache_alloc, which tracks the object its own pop returns. */
+static inline void *sheaf_malloc_class_slow(struct sheaf_cache *c)
+{
+	return SHEAF_TRACK_ENABLED ? sheaf_cache_alloc(c) : sheaf_cache_alloc_thread(c);
+}
+
 sheaf_fast_inline void *sheaf_malloc_inline(size_t n)
 {
 	struct sheaf_cache *c;
@@ -118,12 +125,11 @@ sheaf_fast_inline void *sheaf_malloc_inline(size_t n)
 				return o;
 			}
 		}
-		/* The slow path, where the heap grows: the reaper's start (a call only until
-		 * it has started); ASan and Valgrind builds (track.h) take sheaf_cache_alloc,
-		 * which tracks the object its own pop returns. */
+		/* The slow path, where the heap grows, and the reaper's start (a call only until
+		 * it has started). */
 		if (sheaf_unlikely(sheaf_reaper_wanted_by_malloc()))
 			return sheaf_malloc_alloc_reaper(c);
-		return SHEAF_TRACK_ENABLED ? sheaf_cache_alloc(c) : sheaf_cache_alloc_thread(c);
+		return sheaf_malloc_class_slow(c);
 	}
 	return sheaf_malloc_slow(n);
 }
