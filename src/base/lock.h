@@ -26,73 +26,74 @@
 
 #include "base/config.h"
 
-#define SHEAF_LOCK_TABLE(X)                                                                       \
-	X(FORK, "fork walk lock", "src/base/lock.c",                                              \
-	  "held by the forking thread from the prepare handler to the end of the parent or "      \
-	  "child handler: a layer that registers its ranks late waits for a fork in progress",    \
-	  "taken first, released last (the walk itself)")                                         \
-	X(RCU_WARM, "rcu warm_lock", "src/rcu/rcu_free.c",                                        \
-	  "creation of the RCU flavour's call_rcu worker (it starts a thread, which may call "    \
-	  "malloc)",                                                                              \
-	  "taken, then liburcu's call_rcu_before_fork() pauses the worker between callbacks; "    \
-	  "released last, after call_rcu_after_fork_child() started the child's worker")          \
-	X(REAPER, "reaper_lock", "src/cache/reaper.c",                                            \
-	  "the reaper thread's state and condition variable (held while it is started)",          \
-	  "taken; the child has no reaper and never starts one")                                  \
-	X(MALLOC_CLASS, "malloc sc_lock", "src/malloc/malloc.c",                                  \
-	  "creation of malloc's class caches (the core is called under it)", "taken")             \
-	X(INIT, "init_lock", "src/cache/init.c",                                                  \
-	  "initialisation of the core (until the metadata caches and fork handlers exist)",       \
-	  "taken: no initialisation is half done in the child")                                   \
-	X(RCU_BARRIER, "rcu barrier_mutex", "src/rcu/rcu_free.c",                                 \
-	  "one per cache: serialises that cache's RCU barriers (the objects a barrier took "      \
-	  "back are on its stack)",                                                               \
-	  "every cache's, with try-lock under caches_lock (the cache list is only stable "        \
-	  "under it), backing off and retrying while a barrier runs")                             \
-	X(CACHES, "sheaf_reg.caches_lock", "src/percpu/percpu.c",                                 \
-	  "the cache list and ids; destroy against thread exit; per-thread tables of other "      \
-	  "threads", "taken (held while every later rank walks the cache list)")                  \
-	X(THREADS, "sheaf_reg.threads_lock", "src/percpu/percpu.c",                               \
-	  "the list of per-thread tables (sheaf_tcache) and the fork orphans", "taken")           \
-	X(PCS_LIST, "cache->pcs_lock", "src/percpu/percpu.c",                                     \
-	  "one per cache: the cache's list of per-thread pcs", "every cache's")                   \
-	X(PERCPU, "per-CPU lock", "src/percpu/percpu.c",                                          \
-	  "per-CPU mode: a CPU's sheaves (mainv[cpu + 2] swapped for the sentinel); per-thread "  \
-	  "mode: the owner's use of its pcs (busy flag)",                                         \
-	  "per-CPU mode: every CPU of every cache; per-thread mode: waits until no owner is "     \
-	  "inside its pcs (owners back off while a fork is pending)")                             \
-	X(PCS_RCU, "pcs->rcu_lock", "src/rcu/rcu_free.c",                                         \
-	  "one per pcs: its rcu_free sheaf, free_rcu (owner) against barriers",                   \
-	  "not taken: every holder also holds the pcs (rank PERCPU) or a pcs_lock")               \
-	X(BARN, "barn->lock", "src/barn/barn.c",                                                  \
-	  "one per cache and node: the barn's stacks of full and empty sheaves, its limits",      \
-	  "every barn of every cache with sheaves")                                               \
-	X(LIST, "node->list_lock", "src/slab/slab.c",                                             \
-	  "one per cache and node: the partial list and slab state changes (never held with "     \
-	  "the same node's barn lock by the slow paths)",                                         \
-	  "every node of every cache but the metadata caches")                                    \
-	X(PREFILLED, "cache->prefilled_lock", "src/cache/prefill.c",                              \
-	  "one per cache: the list of prefilled sheaves lent to the program (searched for "       \
-	  "double frees)",                                                                        \
-	  "every cache's")                                                                        \
-	X(RCU_STATE, "rcu_state.lock", "src/rcu/rcu_free.c",                                      \
-	  "one per cache: its RCU batches, next list and ticket in flight", "every cache's")      \
-	X(META_LIST, "metadata node->list_lock", "src/cache/meta.c",                              \
-	  "one per metadata cache and node (sheaves, pcs, tables are allocated under the ranks "  \
-	  "above)",                                                                               \
-	  "every node of every metadata cache")                                                   \
-	X(HEAP, "sheaf_heap.lock", "src/page/page.c",                                             \
-	  "the page heap: buddy free lists, block bump index, purge state", "taken")              \
-	X(MALLOC_EXTENTS, "malloc xc.lock", "src/malloc/extent.c",                                \
-	  "malloc's cache of freed extents", "taken")                                             \
-	X(MALLOC_SHARD, "malloc extent shard lock", "src/malloc/extent_registry.c",               \
-	  "one per shard of malloc's extent registry (never two at once outside fork)",           \
-	  "every shard's")                                                                        \
-	X(DOBJ_REPORT, "debug-objects report_lock", "src/debug/debug_objects.c",                  \
-	  "serialises debug-objects reports (never held with another tracker lock)", "taken")     \
-	X(DOBJ_BUCKET, "debug-objects bucket lock", "src/debug/debug_objects.c",                  \
-	  "one per hash bucket (a spinlock): the bucket's records", "every bucket's")             \
-	X(DOBJ_POOL, "debug-objects pool.lock", "src/debug/debug_objects.c",                      \
+#define SHEAF_LOCK_TABLE(X)                                                                      \
+	X(FORK, "fork walk lock", "src/base/lock.c",                                             \
+	  "held by the forking thread from the prepare handler to the end of the parent or "     \
+	  "child handler: a layer that registers its ranks late waits for a fork in progress",   \
+	  "taken first, released last (the walk itself)")                                        \
+	X(RCU_WARM, "rcu warm_lock", "src/rcu/rcu_free.c",                                       \
+	  "creation of the RCU flavour's call_rcu worker (it starts a thread, which may call "   \
+	  "malloc)",                                                                             \
+	  "taken, then liburcu's call_rcu_before_fork() pauses the worker between callbacks; "   \
+	  "released last, after call_rcu_after_fork_child() started the child's worker")         \
+	X(REAPER, "reaper_lock", "src/cache/reaper.c",                                           \
+	  "the reaper thread's state and condition variable (held while it is started)",         \
+	  "taken; the child has no reaper and never starts one")                                 \
+	X(MALLOC_CLASS, "malloc sc_lock", "src/malloc/malloc.c",                                 \
+	  "creation of malloc's class caches (the core is called under it)", "taken")            \
+	X(INIT, "init_lock", "src/cache/init.c",                                                 \
+	  "initialisation of the core (until the metadata caches and fork handlers exist)",      \
+	  "taken: no initialisation is half done in the child")                                  \
+	X(RCU_BARRIER, "rcu barrier_mutex", "src/rcu/rcu_free.c",                                \
+	  "one per cache: serialises that cache's RCU barriers (the objects a barrier took "     \
+	  "back are on its stack)",                                                              \
+	  "every cache's, with try-lock under caches_lock (the cache list is only stable "       \
+	  "under it), backing off and retrying while a barrier runs")                            \
+	X(CACHES, "sheaf_reg.caches_lock", "src/percpu/percpu.c",                                \
+	  "the cache list and ids; destroy against thread exit; per-thread tables of other "     \
+	  "threads",                                                                             \
+	  "taken (held while every later rank walks the cache list)")                            \
+	X(THREADS, "sheaf_reg.threads_lock", "src/percpu/percpu.c",                              \
+	  "the list of per-thread tables (sheaf_tcache) and the fork orphans", "taken")          \
+	X(PCS_LIST, "cache->pcs_lock", "src/percpu/percpu.c",                                    \
+	  "one per cache: the cache's list of per-thread pcs", "every cache's")                  \
+	X(PERCPU, "per-CPU lock", "src/percpu/percpu.c",                                         \
+	  "per-CPU mode: a CPU's sheaves (mainv[cpu + 2] swapped for the sentinel); per-thread " \
+	  "mode: the owner's use of its pcs (busy flag)",                                        \
+	  "per-CPU mode: every CPU of every cache; per-thread mode: waits until no owner is "    \
+	  "inside its pcs (owners back off while a fork is pending)")                            \
+	X(PCS_RCU, "pcs->rcu_lock", "src/rcu/rcu_free.c",                                        \
+	  "one per pcs: its rcu_free sheaf, free_rcu (owner) against barriers",                  \
+	  "not taken: every holder also holds the pcs (rank PERCPU) or a pcs_lock")              \
+	X(BARN, "barn->lock", "src/barn/barn.c",                                                 \
+	  "one per cache and node: the barn's stacks of full and empty sheaves, its limits",     \
+	  "every barn of every cache with sheaves")                                              \
+	X(LIST, "node->list_lock", "src/slab/slab.c",                                            \
+	  "one per cache and node: the partial list and slab state changes (never held with "    \
+	  "the same node's barn lock by the slow paths)",                                        \
+	  "every node of every cache but the metadata caches")                                   \
+	X(PREFILLED, "cache->prefilled_lock", "src/cache/prefill.c",                             \
+	  "one per cache: the list of prefilled sheaves lent to the program (searched for "      \
+	  "double frees)",                                                                       \
+	  "every cache's")                                                                       \
+	X(RCU_STATE, "rcu_state.lock", "src/rcu/rcu_free.c",                                     \
+	  "one per cache: its RCU batches, next list and ticket in flight", "every cache's")     \
+	X(META_LIST, "metadata node->list_lock", "src/cache/meta.c",                             \
+	  "one per metadata cache and node (sheaves, pcs, tables are allocated under the ranks " \
+	  "above)",                                                                              \
+	  "every node of every metadata cache")                                                  \
+	X(HEAP, "sheaf_heap.lock", "src/page/page.c",                                            \
+	  "the page heap: buddy free lists, block bump index, purge state", "taken")             \
+	X(MALLOC_EXTENTS, "malloc xc.lock", "src/malloc/extent.c",                               \
+	  "malloc's cache of freed extents", "taken")                                            \
+	X(MALLOC_SHARD, "malloc extent shard lock", "src/malloc/extent_registry.c",              \
+	  "one per shard of malloc's extent registry (never two at once outside fork)",          \
+	  "every shard's")                                                                       \
+	X(DOBJ_REPORT, "debug-objects report_lock", "src/debug/debug_objects.c",                 \
+	  "serialises debug-objects reports (never held with another tracker lock)", "taken")    \
+	X(DOBJ_BUCKET, "debug-objects bucket lock", "src/debug/debug_objects.c",                 \
+	  "one per hash bucket (a spinlock): the bucket's records", "every bucket's")            \
+	X(DOBJ_POOL, "debug-objects pool.lock", "src/debug/debug_objects.c",                     \
 	  "the tracker's record pools and their counts", "taken")
 
 enum sheaf_lock_id {
@@ -117,9 +118,18 @@ void sheaf_witness_acquired_try(enum sheaf_lock_id id);
 void sheaf_witness_release(enum sheaf_lock_id id);
 #else
 #define SHEAF_WITNESS 0
-static inline void sheaf_witness_acquire(enum sheaf_lock_id id) { (void)id; }
-static inline void sheaf_witness_acquired_try(enum sheaf_lock_id id) { (void)id; }
-static inline void sheaf_witness_release(enum sheaf_lock_id id) { (void)id; }
+static inline void sheaf_witness_acquire(enum sheaf_lock_id id)
+{
+	(void)id;
+}
+static inline void sheaf_witness_acquired_try(enum sheaf_lock_id id)
+{
+	(void)id;
+}
+static inline void sheaf_witness_release(enum sheaf_lock_id id)
+{
+	(void)id;
+}
 #endif
 /* Whether the calling thread holds a lock of rank @id (witness builds; else false). */
 bool sheaf_witness_holds(enum sheaf_lock_id id);

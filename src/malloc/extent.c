@@ -97,7 +97,8 @@ static void xc_init_locked(void)
 	for (unsigned int i = 0; i < XC_BINS; i++)
 		xc.bin[i].bin_next = xc.bin[i].bin_prev = &xc.bin[i];
 	/* From the first cached extent on, the reaper ages the cache too (its hook). */
-	__atomic_store_n(&sheaf_cache_hooks.extent_cache_age, sheaf_malloc_extent_cache_age, __ATOMIC_RELEASE);
+	__atomic_store_n(&sheaf_cache_hooks.extent_cache_age, sheaf_malloc_extent_cache_age,
+			 __ATOMIC_RELEASE);
 }
 
 static size_t xc_home(uintptr_t key)

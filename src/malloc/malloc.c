@@ -70,7 +70,8 @@ void sheaf_malloc_counters_get(struct sheaf_malloc_counters *out)
 {
 	out->extent_maps = atomic_load_explicit(&malloc_ctr.extent_maps, memory_order_relaxed);
 	out->extent_reuses = atomic_load_explicit(&malloc_ctr.extent_reuses, memory_order_relaxed);
-	out->extent_gathers = atomic_load_explicit(&malloc_ctr.extent_gathers, memory_order_relaxed);
+	out->extent_gathers =
+		atomic_load_explicit(&malloc_ctr.extent_gathers, memory_order_relaxed);
 	out->extent_moves = atomic_load_explicit(&malloc_ctr.extent_moves, memory_order_relaxed);
 	out->extent_merges = atomic_load_explicit(&malloc_ctr.extent_merges, memory_order_relaxed);
 	out->extent_unmaps = atomic_load_explicit(&malloc_ctr.extent_unmaps, memory_order_relaxed);
@@ -84,11 +85,13 @@ void sheaf_malloc_counters_get(struct sheaf_malloc_counters *out)
  * "sheaf: <kind>: cache '<class cache, or malloc>' address <ptr>: <fn>: <what>".
  * Aborts unless SHEAF_ON_ERROR=warn.  Never allocates. */
 void __attribute__((cold, noinline))
-malloc_report(enum sheaf_error_kind kind, const char *fn, const char *what, const void *ptr, const char *cache, size_t size)
+malloc_report(enum sheaf_error_kind kind, const char *fn, const char *what, const void *ptr,
+	      const char *cache, size_t size)
 {
 	CTR_INC(errors);
 	if (size != (size_t)-1)
-		sheaf_error(kind, cache ? cache : "malloc", ptr, "%s: %s (size %zu)", fn, what, size);
+		sheaf_error(kind, cache ? cache : "malloc", ptr, "%s: %s (size %zu)", fn, what,
+			    size);
 	else
 		sheaf_error(kind, cache ? cache : "malloc", ptr, "%s: %s", fn, what);
 }
@@ -116,7 +119,6 @@ static bool core_down(void)
 	return sheaf_preload_fallback_alloc || sheaf_os_now_ns() - t < 1000000000ull;
 }
 
-
 static void class_name(char *buf, size_t cap, unsigned int i)
 {
 	sheaf_fmt(buf, cap, "malloc-%u", (unsigned)sheaf_sc_size[i]);
@@ -135,30 +137,36 @@ static struct sheaf_cache *__attribute__((noinline)) class_create(unsigned int i
 	malloc_fork_handlers_ensure();
 	int e = errno;
 	sheaf_mutex_lock(&sc_lock, SHEAF_LOCK_MALLOC_CLASS);
-	struct sheaf_cache *c = atomic_load_explicit(&sheaf_malloc_classes[i], memory_order_acquire);
+	struct sheaf_cache *c =
+		atomic_load_explicit(&sheaf_malloc_classes[i], memory_order_acquire);
 	if (!c) {
 		char name[32];
 		struct sheaf_cache_args args = {
-			.align = sheaf_sc_align(i), .sheaf_capacity = 0,
-			.flags = SHEAF_CACHE_MALLOC_CLASS, .ctor = NULL,
+			.align = sheaf_sc_align(i),
+			.sheaf_capacity = 0,
+			.flags = SHEAF_CACHE_MALLOC_CLASS,
+			.ctor = NULL,
 		};
 		class_name(name, sizeof(name), i);
 		malloc_tls_creating++;
 		c = sheaf_cache_create_class(name, sheaf_sc_size[i], &args);
 		malloc_tls_creating--;
 		if (!c && atomic_load_explicit(&sheaf_g.init_state, memory_order_acquire) != 2)
-			atomic_store_explicit(&core_failed, sheaf_os_now_ns() | 1, memory_order_relaxed);
+			atomic_store_explicit(&core_failed, sheaf_os_now_ns() | 1,
+					      memory_order_relaxed);
 		if (c) {
 			size_t osz = sheaf_cache_object_size(c);
 			/* sheaf_malloc_class_of() depends on this; the core only rounds
 			 * sizes up to the alignment, which divides ours. */
 			if (osz < sheaf_sc_size[i] || sheaf_sc_index(osz) != i) {
-				malloc_report(SHEAF_ERR_CORRUPTION, "malloc", "class cache has an unexpected object size", c,
-				       name, osz);
+				malloc_report(SHEAF_ERR_CORRUPTION, "malloc",
+					      "class cache has an unexpected object size", c, name,
+					      osz);
 				c = NULL;
 			} else {
 				atomic_store_explicit(&core_failed, 0, memory_order_relaxed);
-				atomic_store_explicit(&sheaf_malloc_classes[i], c, memory_order_release);
+				atomic_store_explicit(&sheaf_malloc_classes[i], c,
+						      memory_order_release);
 				for (unsigned int j = 0; j <= SHEAF_SC_TABLE_MAX / 8; j++)
 					if (sheaf_sc_small[j] == i)
 						atomic_store_explicit(&sheaf_malloc_small[j], c,
@@ -193,7 +201,8 @@ static void fork_release_class(bool child)
  * sc_lock and never while this thread initialises the core. */
 void malloc_fork_handlers_ensure(void)
 {
-	if (sheaf_likely(atomic_load_explicit(&fork_handlers_registered, memory_order_acquire) == 2) ||
+	if (sheaf_likely(atomic_load_explicit(&fork_handlers_registered, memory_order_acquire) ==
+			 2) ||
 	    malloc_tls_creating || sheaf_init_running_here())
 		return;
 	/* While a thread registers, the state holds minus its process's pid: a child forked
@@ -237,7 +246,7 @@ void malloc_fork_handlers_ensure(void)
 /* ---- Bootstrap arena ------------------------------------------------------------ */
 
 #define BOOT_SIZE (1u << 20)
-#define BOOT_HDR 16u /* keeps 16-byte alignment; holds the size */
+#define BOOT_HDR  16u /* keeps 16-byte alignment; holds the size */
 static char boot_mem[BOOT_SIZE] __attribute__((aligned(PAGE)));
 static _Atomic size_t boot_used;
 
@@ -281,8 +290,8 @@ static void *boot_alloc(size_t n, size_t align)
 void sheaf_malloc_free_slow(void *p, struct sheaf_cache *c, const char *fn)
 {
 	if (c) {
-		malloc_report(SHEAF_ERR_WRONG_CACHE, fn, "pointer of a cache that is not malloc's", p, sheaf_cache_name(c),
-		       (size_t)-1);
+		malloc_report(SHEAF_ERR_WRONG_CACHE, fn, "pointer of a cache that is not malloc's",
+			      p, sheaf_cache_name(c), (size_t)-1);
 		return;
 	}
 	if (is_boot(p))
@@ -298,8 +307,9 @@ void sheaf_malloc_free_slow(void *p, struct sheaf_cache *c, const char *fn)
 		sheaf_preload_foreign_free(p);
 		return;
 	}
-	malloc_report(SHEAF_ERR_INVALID_POINTER, fn, "not allocated by sheaf_malloc, or a large block freed twice", p, NULL,
-	       (size_t)-1);
+	malloc_report(SHEAF_ERR_INVALID_POINTER, fn,
+		      "not allocated by sheaf_malloc, or a large block freed twice", p, NULL,
+		      (size_t)-1);
 }
 
 /* ---- The API ---------------------------------------------------------------------- */
@@ -311,7 +321,8 @@ static void *__attribute__((noinline)) no_class(size_t n, size_t align)
 {
 	if (malloc_tls_creating)
 		return boot_alloc(n, align);
-	if (atomic_load_explicit(&core_failed, memory_order_relaxed) && sheaf_preload_fallback_alloc) {
+	if (atomic_load_explicit(&core_failed, memory_order_relaxed) &&
+	    sheaf_preload_fallback_alloc) {
 		malloc_fork_handlers_ensure();
 		return sheaf_preload_fallback_alloc(n, align);
 	}
@@ -399,7 +410,8 @@ void *sheaf_calloc(size_t nmemb, size_t size)
 static bool class_ptr_ok(struct sheaf_cache *c, const void *p, const char *fn)
 {
 	if (unlikely(c->free_checks && !sheaf_obj_is_start(c, p))) {
-		malloc_report(SHEAF_ERR_INTERIOR, fn, "not the start of an allocated block", p, c->name, (size_t)-1);
+		malloc_report(SHEAF_ERR_INTERIOR, fn, "not the start of an allocated block", p,
+			      c->name, (size_t)-1);
 		return false;
 	}
 	if (c->free_mark && unlikely(*sheaf_mark_word(c, p) == sheaf_free_key)) {
@@ -409,7 +421,8 @@ static bool class_ptr_ok(struct sheaf_cache *c, const void *p, const char *fn)
 	/* ASan builds track freed objects themselves instead of the mark (slab/track.h). */
 	if (SHEAF_TRACK_ASAN && sheaf_track_cache(c) && sheaf_track_asan_ok(c) &&
 	    unlikely(sheaf_track_is_poisoned(p))) {
-		malloc_report(SHEAF_ERR_DOUBLE_FREE, fn, "the block is already free", p, c->name, (size_t)-1);
+		malloc_report(SHEAF_ERR_DOUBLE_FREE, fn, "the block is already free", p, c->name,
+			      (size_t)-1);
 		return false;
 	}
 	return true;
@@ -422,8 +435,8 @@ static size_t usable_size(const void *p, const char *fn)
 	if (likely(c != NULL)) {
 		if (likely(sheaf_malloc_class_of(c) >= 0))
 			return class_ptr_ok(c, p, fn) ? sheaf_cache_object_size(c) : 0;
-		malloc_report(SHEAF_ERR_WRONG_CACHE, fn, "pointer of a cache that is not malloc's", p, sheaf_cache_name(c),
-		       (size_t)-1);
+		malloc_report(SHEAF_ERR_WRONG_CACHE, fn, "pointer of a cache that is not malloc's",
+			      p, sheaf_cache_name(c), (size_t)-1);
 		return 0;
 	}
 	size_t len = malloc_extent_lookup(p, false);
@@ -433,7 +446,8 @@ static size_t usable_size(const void *p, const char *fn)
 		return boot_size(p);
 	if (sheaf_preload_foreign_size && (len = sheaf_preload_foreign_size(p)) != 0)
 		return len;
-	malloc_report(SHEAF_ERR_INVALID_POINTER, fn, "not allocated by sheaf_malloc", p, NULL, (size_t)-1);
+	malloc_report(SHEAF_ERR_INVALID_POINTER, fn, "not allocated by sheaf_malloc", p, NULL,
+		      (size_t)-1);
 	return 0;
 }
 
@@ -457,8 +471,9 @@ void *sheaf_realloc(void *p, size_t n)
 	if (likely(c != NULL)) {
 		int i = sheaf_malloc_class_of(c);
 		if (unlikely(i < 0)) {
-			malloc_report(SHEAF_ERR_WRONG_CACHE, "realloc", "pointer of a cache that is not malloc's", p,
-			       sheaf_cache_name(c), (size_t)-1);
+			malloc_report(SHEAF_ERR_WRONG_CACHE, "realloc",
+				      "pointer of a cache that is not malloc's", p,
+				      sheaf_cache_name(c), (size_t)-1);
 			errno = EINVAL;
 			return NULL;
 		}
@@ -520,7 +535,8 @@ void *sheaf_aligned_alloc(size_t align, size_t n)
 		unsigned int i = sheaf_sc_index(n);
 		while (sheaf_sc_align(i) < align)
 			i++;
-		struct sheaf_cache *c = atomic_load_explicit(&sheaf_malloc_classes[i], memory_order_acquire);
+		struct sheaf_cache *c =
+			atomic_load_explicit(&sheaf_malloc_classes[i], memory_order_acquire);
 		if (unlikely(!c)) {
 			c = core_down() ? NULL : class_create(i);
 			if (!c)
@@ -543,16 +559,18 @@ void sheaf_free_sized(void *p, size_t size)
 		/* Valid sizes: those whose class is i, and those from which an
 		 * aligned allocation reaches class i. */
 		if (likely(size <= SHEAF_SC_MAX && sheaf_sc_index(size) == (unsigned int)i) ||
-		    (size <= sheaf_sc_size[i] && align_reachable(sheaf_sc_index(size), (unsigned int)i)))
+		    (size <= sheaf_sc_size[i] &&
+		     align_reachable(sheaf_sc_index(size), (unsigned int)i)))
 			sheaf_cache_free(c, p);
 		else if (class_ptr_ok(c, p, "sheaf_free_sized"))
-			malloc_report(SHEAF_ERR_SIZE_MISMATCH, "sheaf_free_sized", "size does not match the allocation", p,
-			       sheaf_cache_name(c), size);
+			malloc_report(SHEAF_ERR_SIZE_MISMATCH, "sheaf_free_sized",
+				      "size does not match the allocation", p, sheaf_cache_name(c),
+				      size);
 	} else if (!c && !is_boot(p)) {
 		size_t len = malloc_extent_lookup(p, false);
 		if (len && size > len)
-			malloc_report(SHEAF_ERR_SIZE_MISMATCH, "sheaf_free_sized", "size does not match the allocation", p,
-			       NULL, size);
+			malloc_report(SHEAF_ERR_SIZE_MISMATCH, "sheaf_free_sized",
+				      "size does not match the allocation", p, NULL, size);
 		else
 			sheaf_malloc_free_slow(p, c, "sheaf_free_sized");
 	} else {
@@ -569,7 +587,8 @@ int sheaf_malloc_trim(void)
 	sheaf_malloc_extent_cache_stat(&count, &bytes);
 	sheaf_malloc_extent_cache_drain();
 	for (unsigned int i = 0; i < SHEAF_SC_COUNT; i++) {
-		struct sheaf_cache *c = atomic_load_explicit(&sheaf_malloc_classes[i], memory_order_acquire);
+		struct sheaf_cache *c =
+			atomic_load_explicit(&sheaf_malloc_classes[i], memory_order_acquire);
 		if (c)
 			sheaf_cache_shrink(c);
 	}

@@ -114,7 +114,8 @@ sheaf_fast_inline void *sheaf_malloc_inline(size_t n)
 			 * thread's own pop, inline too (issue 17: the call to the cache
 			 * layer cost a third of a per-thread malloc). */
 			void *o;
-			if (sheaf_likely(sheaf_cpu_pop(c, &o)) || sheaf_likely(sheaf_thread_pop(c, &o))) {
+			if (sheaf_likely(sheaf_cpu_pop(c, &o)) ||
+			    sheaf_likely(sheaf_thread_pop(c, &o))) {
 				/* The free mark cleared without testing its kind: a class cache
 				 * is a plain cache, whose slot is at least 16 bytes with the
 				 * mark, if any, in the second word (cache/create.c), and a
@@ -183,7 +184,8 @@ sheaf_fast_inline void sheaf_free_inline(void *p)
 					if (sheaf_likely(sheaf_obj_is_start(fc, p)) &&
 					    sheaf_likely(sheaf_cpu_push_key_mark(fc, p, k)))
 						return;
-				} else if (!fc->free_checks && sheaf_likely(sheaf_cpu_push_key(fc, p, k))) {
+				} else if (!fc->free_checks &&
+					   sheaf_likely(sheaf_cpu_push_key(fc, p, k))) {
 					return;
 				}
 				if (sheaf_likely(sheaf_thread_push_gated(fc, p, k, false)))
@@ -218,18 +220,18 @@ int sheaf_malloc_trim(void);
 /* Counters of the front end's own paths (not per call: see the preload
  * library for call counts).  Read racily; for tests and the stats line. */
 struct sheaf_malloc_counters {
-	uint64_t extent_maps;     /* extents mapped from the OS */
-	uint64_t extent_reuses;   /* large requests served from the extent cache */
-	uint64_t extent_gathers;  /* large requests that no single cached extent held, served
+	uint64_t extent_maps;    /* extents mapped from the OS */
+	uint64_t extent_reuses;  /* large requests served from the extent cache */
+	uint64_t extent_gathers; /* large requests that no single cached extent held, served
 				   * by moving smaller cached ones into a new mapping with
 				   * mremap (their pages move unfaulted, the rest is new) */
-	uint64_t extent_moves;    /* cached extents so moved */
-	uint64_t extent_merges;   /* freed extents merged with a cached neighbour */
-	uint64_t extent_unmaps;   /* extents given back to the OS */
-	uint64_t extent_remaps;   /* realloc of an extent through mremap */
-	uint64_t boot_allocs;     /* re-entrant allocations served by the bootstrap arena */
-	uint64_t foreign_frees;   /* pointers of another allocator passed to free */
-	uint64_t errors;          /* invalid pointers or size mismatches reported */
+	uint64_t extent_moves;   /* cached extents so moved */
+	uint64_t extent_merges;  /* freed extents merged with a cached neighbour */
+	uint64_t extent_unmaps;  /* extents given back to the OS */
+	uint64_t extent_remaps;  /* realloc of an extent through mremap */
+	uint64_t boot_allocs;    /* re-entrant allocations served by the bootstrap arena */
+	uint64_t foreign_frees;  /* pointers of another allocator passed to free */
+	uint64_t errors;         /* invalid pointers or size mismatches reported */
 };
 void sheaf_malloc_counters_get(struct sheaf_malloc_counters *out);
 
@@ -251,8 +253,8 @@ void sheaf_malloc_extent_live_stat(size_t *count, size_t *bytes);
  * SHEAF_MALLOC_EXTENT_CACHE_MAX: a working set freed as a whole and built again is not
  * faulted in again; idle, it goes back after the delay (extent.c, xc_bound_locked). */
 #define SHEAF_MALLOC_EXTENT_CACHE_BYTES (64u << 20)
-#define SHEAF_MALLOC_EXTENT_CACHE_MAX (512u << 20)
-#define SHEAF_MALLOC_EXTENT_CACHE_ONE (32u << 20)    /* larger extents are never cached */
+#define SHEAF_MALLOC_EXTENT_CACHE_MAX   (512u << 20)
+#define SHEAF_MALLOC_EXTENT_CACHE_ONE   (32u << 20) /* larger extents are never cached */
 
 /* ---- src/malloc/preload/preload.c: memory of the system allocator ------------------- */
 

@@ -8,7 +8,7 @@
 
 #include "malloc/malloc.h"
 
-#define likely(x) __builtin_expect(!!(x), 1)
+#define likely(x)   __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 
 #define PAGE 4096u

@@ -21,10 +21,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHEAF_SC_COUNT 41u
-#define SHEAF_SC_MAX 32768u          /* largest class; larger requests are extents */
-#define SHEAF_SC_TABLE_MAX 1024u     /* sizes up to this use the byte table */
-#define SHEAF_SC_ALIGN_MAX 4096u     /* alignment passed to a class cache is capped here */
+#define SHEAF_SC_COUNT     41u
+#define SHEAF_SC_MAX       32768u /* largest class; larger requests are extents */
+#define SHEAF_SC_TABLE_MAX 1024u  /* sizes up to this use the byte table */
+#define SHEAF_SC_ALIGN_MAX 4096u  /* alignment passed to a class cache is capped here */
 
 /* Byte size of each class. */
 extern const uint32_t sheaf_sc_size[SHEAF_SC_COUNT];

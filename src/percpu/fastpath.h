@@ -133,7 +133,8 @@ sheaf_fast_inline uintptr_t sheaf_cpu_key_of(struct sheaf_cache *c, const void *
 	uintptr_t off = (uintptr_t)obj - (uintptr_t)sheaf_heap.base;
 	if (sheaf_unlikely(off >= __atomic_load_n(&sheaf_page_fast_limit, __ATOMIC_RELAXED)))
 		return 0;
-	uintptr_t key = __atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED);
+	uintptr_t key =
+		__atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED);
 	if (sheaf_unlikely(!key || ((struct sheaf_node *)key)->cache != c))
 		return 0;
 	return key;
@@ -189,7 +190,8 @@ sheaf_fast_inline bool sheaf_cpu_free(struct sheaf_cache *c, void *obj)
 	/* A power-of-two slot: an object start is a multiple of it (one test); another
 	 * slot size: the reciprocal multiply (slab/freecheck.h). */
 	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1_P2) && !SHEAF_TRACK_ENABLED)
-		return sheaf_likely(!((uintptr_t)obj & c->start_mask)) && sheaf_cpu_push_mark(c, obj);
+		return sheaf_likely(!((uintptr_t)obj & c->start_mask)) &&
+		       sheaf_cpu_push_mark(c, obj);
 	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1) && !SHEAF_TRACK_ENABLED)
 		return sheaf_likely(sheaf_obj_is_start(c, obj)) && sheaf_cpu_push_mark(c, obj);
 	uintptr_t key = sheaf_cpu_key_of(c, obj);
@@ -230,7 +232,8 @@ sheaf_fast_inline bool sheaf_thread_pop(struct sheaf_cache *c, void **obj)
  * while a hook is set (the malloc front end, malloc.h).  Returns false for the slow
  * path, which reports what is wrong; a double free seen by ASan is reported here and
  * counts as done. */
-sheaf_fast_inline bool sheaf_thread_push_gated(struct sheaf_cache *c, void *obj, uintptr_t key, bool start_known)
+sheaf_fast_inline bool sheaf_thread_push_gated(struct sheaf_cache *c, void *obj, uintptr_t key,
+					       bool start_known)
 {
 	struct sheaf_pcs *pcs = sheaf_pcs_current(c);
 	if (sheaf_unlikely(!pcs))
@@ -290,7 +293,8 @@ miss:
  * sheaf_free_batch_check, on the calling CPU's main of @c in one restartable sequence
  * (rseq.h SHEAF_RSEQ_PUSH_N); returns how many (as many as main had room for; 0: the
  * key is not main's, main is full or locked, another mode, an aborted sequence). */
-sheaf_fast_inline uint32_t sheaf_cpu_push_n(struct sheaf_cache *c, void *const *objs, uint64_t k, uintptr_t key)
+sheaf_fast_inline uint32_t sheaf_cpu_push_n(struct sheaf_cache *c, void *const *objs, uint64_t k,
+					    uintptr_t key)
 {
 #if SHEAF_HAVE_RSEQ
 	uint64_t got;
@@ -324,7 +328,8 @@ sheaf_fast_inline uint32_t sheaf_thread_pop_n(struct sheaf_cache *c, void **objs
 /* Per-thread mode: push up to @k checked objects of key @key on the calling thread's
  * main (one memcpy); returns how many (0: no pcs, another key, main full, a free-check
  * hook, or the other mode). */
-sheaf_fast_inline uint32_t sheaf_thread_push_n(struct sheaf_cache *c, void *const *objs, uint64_t k, uintptr_t key)
+sheaf_fast_inline uint32_t sheaf_thread_push_n(struct sheaf_cache *c, void *const *objs, uint64_t k,
+					       uintptr_t key)
 {
 	struct sheaf_pcs *pcs = sheaf_pcs_current(c);
 	if (sheaf_unlikely(!pcs || sheaf_free_check_hook))
@@ -359,9 +364,9 @@ enum sheaf_batch_stop {
  * as sheaf_cpu_free, slab/freecheck.h) into that same test; another slot size makes
  * the reciprocal one (@recip).  @mark_word1 (a constant where this is inlined): the
  * mark is the second word.  Returns the prefix length, the reason in *@stop. */
-sheaf_fast_inline size_t sheaf_batch_check_loop(const struct sheaf_cache *c, void *const *objs, size_t n,
-						uintptr_t run, uintptr_t p2, bool recip, bool mark_word1,
-						enum sheaf_batch_stop *stop)
+sheaf_fast_inline size_t sheaf_batch_check_loop(const struct sheaf_cache *c, void *const *objs,
+						size_t n, uintptr_t run, uintptr_t p2, bool recip,
+						bool mark_word1, enum sheaf_batch_stop *stop)
 {
 	/* Locals, not fields: the mark stores may alias them (they would be reloaded for
 	 * every object).  The heap's size is read once: every object of the call was
@@ -377,8 +382,9 @@ sheaf_fast_inline size_t sheaf_batch_check_loop(const struct sheaf_cache *c, voi
 		if (sheaf_unlikely(x & test)) {
 			if (x & hi) { /* another slab: its key */
 				uintptr_t off = obj - base;
-				if (off >= limit || __atomic_load_n(&pagemap[off >> SHEAF_PAGE_SHIFT],
-								    __ATOMIC_RELAXED) != run)
+				if (off >= limit ||
+				    __atomic_load_n(&pagemap[off >> SHEAF_PAGE_SHIFT],
+						    __ATOMIC_RELAXED) != run)
 					break;
 				slab = obj & hi;
 			}
@@ -411,8 +417,8 @@ sheaf_fast_inline size_t sheaf_batch_check_loop(const struct sheaf_cache *c, voi
  * finds the mark on its second visit.  Returns the prefix length k and why it stopped
  * in *@stop.  Per-thread and per-CPU mode alike; never called for a debug cache or with
  * a free-check hook (bulk.c sends those object by object to the slow path). */
-sheaf_fast_inline size_t sheaf_free_batch_check(struct sheaf_cache *c, void *const *objs, size_t n, uintptr_t *key,
-						enum sheaf_batch_stop *stop)
+sheaf_fast_inline size_t sheaf_free_batch_check(struct sheaf_cache *c, void *const *objs, size_t n,
+						uintptr_t *key, enum sheaf_batch_stop *stop)
 {
 	uintptr_t run = sheaf_page_key(objs[0]); /* NULL: 0 */
 	*key = run;
@@ -426,8 +432,8 @@ sheaf_fast_inline size_t sheaf_free_batch_check(struct sheaf_cache *c, void *con
 		return sheaf_batch_check_loop(c, objs, n, run, c->start_mask, false, true, stop);
 	const bool checks = c->free_checks;
 	const uintptr_t p2 = checks ? c->start_mask : 0;
-	return sheaf_batch_check_loop(c, objs, n, run, p2, checks && !p2, c->free_mark >= SHEAF_MARK_WORD1,
-				      stop);
+	return sheaf_batch_check_loop(c, objs, n, run, p2, checks && !p2,
+				      c->free_mark >= SHEAF_MARK_WORD1, stop);
 }
 
 #endif /* SHEAF_PERCPU_FASTPATH_H */

@@ -56,7 +56,7 @@
  * with this signature on x86; the kernel checks it before every abort handler. */
 #define SHEAF_RSEQ_OFF_CPU_ID 4
 #define SHEAF_RSEQ_OFF_CS     8
-#define SHEAF_RSEQ_SIG	      0x53053053
+#define SHEAF_RSEQ_SIG        0x53053053
 
 /* Offset of the calling thread's rseq area from the thread pointer, read once at
  * init (a hidden global: one RIP-relative load on the fast path, not two through the
@@ -87,6 +87,10 @@ void sheaf_rseq_fence(int cpu);
 void sheaf_rseq_fork_child(void);
 
 #if SHEAF_HAVE_RSEQ
+
+/* The sequences below are assembly text, one instruction per line, in columns that a
+ * reader checks against the ABI; clang-format would join and re-wrap the strings. */
+/* clang-format off */
 
 /* Common tail of a sequence @p: its descriptor (struct rseq_cs: version, flags,
  * start_ip, post_commit_offset, abort_ip), a slot holding the descriptor's address, and
@@ -317,6 +321,8 @@ void sheaf_rseq_fork_child(void);
 		 : "rax", "rcx", "rsi", "rdi", "r8", "r9", "r10", "xmm0", "xmm1",  \
 		   "cc", "memory"                                                  \
 		 : slow)
+
+/* clang-format on */
 
 #endif /* SHEAF_HAVE_RSEQ */
 

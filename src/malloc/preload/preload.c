@@ -55,9 +55,9 @@
 #include "malloc/malloc.h"
 #include "preload.h"
 
-#define likely(x) __builtin_expect(!!(x), 1)
+#define likely(x)   __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
-#define EXPORT __attribute__((visibility("default")))
+#define EXPORT      __attribute__((visibility("default")))
 
 /* ---- Call counters -------------------------------------------------------------- */
 
@@ -78,7 +78,8 @@ static atomic_int fold_key_ok;
 
 static void fold(void)
 {
-	atomic_fetch_add_explicit(&total_mallocs, tc.mallocs - tc.folded_mallocs, memory_order_relaxed);
+	atomic_fetch_add_explicit(&total_mallocs, tc.mallocs - tc.folded_mallocs,
+				  memory_order_relaxed);
 	atomic_fetch_add_explicit(&total_frees, tc.frees - tc.folded_frees, memory_order_relaxed);
 	tc.folded_mallocs = tc.mallocs;
 	tc.folded_frees = tc.frees;
@@ -162,8 +163,9 @@ static uintptr_t read_brk_start(void)
 void *sheaf_preload_fallback_alloc(size_t n, size_t align)
 {
 	if (!atomic_exchange(&fallback_active, 1)) {
-		static const char m[] = "sheaf-malloc: Sheaf could not start (no address space for "
-					"its heap? see SHEAF_HEAP_GB); small blocks come from glibc's malloc\n";
+		static const char m[] =
+			"sheaf-malloc: Sheaf could not start (no address space for "
+			"its heap? see SHEAF_HEAP_GB); small blocks come from glibc's malloc\n";
 		ssize_t w = write(2, m, sizeof(m) - 1);
 		(void)w;
 		/* glibc's own malloc_usable_size (this library's hides it);
@@ -320,14 +322,14 @@ static void *__attribute__((noinline)) cxx_new_failed(size_t n, size_t al, bool 
 	for (;;) {
 		/* The C++ runtime is looked up only now: a C program never
 		 * needs it, and dlsym may allocate (memory may be back by then). */
-		new_handler_fn (*get)(void) = (new_handler_fn(*)(void))dlsym(RTLD_DEFAULT,
-									     "_ZSt15get_new_handlerv");
+		new_handler_fn (*get)(void) =
+			(new_handler_fn(*)(void))dlsym(RTLD_DEFAULT, "_ZSt15get_new_handlerv");
 		new_handler_fn h = get ? get() : NULL;
 		if (!h) {
 			if (nothrow)
 				return NULL;
-			void (*thr)(void) = (void (*)(void))dlsym(RTLD_DEFAULT,
-								  "_ZSt17__throw_bad_allocv");
+			void (*thr)(void) =
+				(void (*)(void))dlsym(RTLD_DEFAULT, "_ZSt17__throw_bad_allocv");
 			if (thr)
 				thr(); /* throws std::bad_alloc through this frame */
 			static const char m[] = "sheaf-malloc: operator new: out of memory "
@@ -367,12 +369,32 @@ static inline void cxx_delete_sized(void *p, size_t n)
 	sheaf_free_sized(p, n);
 }
 
-void *_Znwm(size_t n) { return cxx_new(n, 0, false); }
-void *_Znam(size_t n) { return cxx_new(n, 0, false); }
-void *_ZnwmRKSt9nothrow_t(size_t n, const sheaf_nothrow_t *nt) { (void)nt; return cxx_new(n, 0, true); }
-void *_ZnamRKSt9nothrow_t(size_t n, const sheaf_nothrow_t *nt) { (void)nt; return cxx_new(n, 0, true); }
-void *_ZnwmSt11align_val_t(size_t n, sheaf_align_val_t al) { return cxx_new(n, al, false); }
-void *_ZnamSt11align_val_t(size_t n, sheaf_align_val_t al) { return cxx_new(n, al, false); }
+void *_Znwm(size_t n)
+{
+	return cxx_new(n, 0, false);
+}
+void *_Znam(size_t n)
+{
+	return cxx_new(n, 0, false);
+}
+void *_ZnwmRKSt9nothrow_t(size_t n, const sheaf_nothrow_t *nt)
+{
+	(void)nt;
+	return cxx_new(n, 0, true);
+}
+void *_ZnamRKSt9nothrow_t(size_t n, const sheaf_nothrow_t *nt)
+{
+	(void)nt;
+	return cxx_new(n, 0, true);
+}
+void *_ZnwmSt11align_val_t(size_t n, sheaf_align_val_t al)
+{
+	return cxx_new(n, al, false);
+}
+void *_ZnamSt11align_val_t(size_t n, sheaf_align_val_t al)
+{
+	return cxx_new(n, al, false);
+}
 void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, sheaf_align_val_t al, const sheaf_nothrow_t *nt)
 {
 	(void)nt;
@@ -384,16 +406,52 @@ void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, sheaf_align_val_t al, const s
 	return cxx_new(n, al, true);
 }
 
-void _ZdlPv(void *p) { cxx_delete(p); }
-void _ZdaPv(void *p) { cxx_delete(p); }
-void _ZdlPvm(void *p, size_t n) { cxx_delete_sized(p, n); }
-void _ZdaPvm(void *p, size_t n) { cxx_delete_sized(p, n); }
-void _ZdlPvRKSt9nothrow_t(void *p, const sheaf_nothrow_t *nt) { (void)nt; cxx_delete(p); }
-void _ZdaPvRKSt9nothrow_t(void *p, const sheaf_nothrow_t *nt) { (void)nt; cxx_delete(p); }
-void _ZdlPvSt11align_val_t(void *p, sheaf_align_val_t al) { (void)al; cxx_delete(p); }
-void _ZdaPvSt11align_val_t(void *p, sheaf_align_val_t al) { (void)al; cxx_delete(p); }
-void _ZdlPvmSt11align_val_t(void *p, size_t n, sheaf_align_val_t al) { (void)al; cxx_delete_sized(p, n); }
-void _ZdaPvmSt11align_val_t(void *p, size_t n, sheaf_align_val_t al) { (void)al; cxx_delete_sized(p, n); }
+void _ZdlPv(void *p)
+{
+	cxx_delete(p);
+}
+void _ZdaPv(void *p)
+{
+	cxx_delete(p);
+}
+void _ZdlPvm(void *p, size_t n)
+{
+	cxx_delete_sized(p, n);
+}
+void _ZdaPvm(void *p, size_t n)
+{
+	cxx_delete_sized(p, n);
+}
+void _ZdlPvRKSt9nothrow_t(void *p, const sheaf_nothrow_t *nt)
+{
+	(void)nt;
+	cxx_delete(p);
+}
+void _ZdaPvRKSt9nothrow_t(void *p, const sheaf_nothrow_t *nt)
+{
+	(void)nt;
+	cxx_delete(p);
+}
+void _ZdlPvSt11align_val_t(void *p, sheaf_align_val_t al)
+{
+	(void)al;
+	cxx_delete(p);
+}
+void _ZdaPvSt11align_val_t(void *p, sheaf_align_val_t al)
+{
+	(void)al;
+	cxx_delete(p);
+}
+void _ZdlPvmSt11align_val_t(void *p, size_t n, sheaf_align_val_t al)
+{
+	(void)al;
+	cxx_delete_sized(p, n);
+}
+void _ZdaPvmSt11align_val_t(void *p, size_t n, sheaf_align_val_t al)
+{
+	(void)al;
+	cxx_delete_sized(p, n);
+}
 void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, sheaf_align_val_t al, const sheaf_nothrow_t *nt)
 {
 	(void)al;
@@ -449,7 +507,8 @@ static void __attribute__((destructor)) preload_exit(void)
 	char line[640];
 	int fd = 2, n;
 	if (stats_dest[0] == '/') {
-		n = snprintf(line, sizeof(line), "sheaf-malloc: %llu mallocs, %llu frees (pid %d, %s)\n",
+		n = snprintf(line, sizeof(line),
+			     "sheaf-malloc: %llu mallocs, %llu frees (pid %d, %s)\n",
 			     (unsigned long long)m, (unsigned long long)f, (int)getpid(),
 			     program_invocation_short_name);
 		fd = open(stats_dest, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
@@ -458,7 +517,8 @@ static void __attribute__((destructor)) preload_exit(void)
 			     (unsigned long long)m, (unsigned long long)f);
 	}
 	if (fd >= 0 && n > 0) {
-		ssize_t w = write(fd, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+		ssize_t w =
+			write(fd, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 		(void)w;
 	}
 	if (fd > 2)

@@ -26,13 +26,13 @@
 
 static int checks, fails;
 
-#define CHECK(c)                                                                     \
-	do {                                                                         \
-		checks++;                                                            \
-		if (!(c)) {                                                          \
-			fails++;                                                     \
-			printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);          \
-		}                                                                    \
+#define CHECK(c)                                                            \
+	do {                                                                \
+		checks++;                                                   \
+		if (!(c)) {                                                 \
+			fails++;                                            \
+			printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #c); \
+		}                                                           \
 	} while (0)
 
 static void check_calloc_and_limits(void)
@@ -100,7 +100,8 @@ static void check_alignments(void)
 			}
 			void *b = NULL;
 			if (al >= sizeof(void *)) {
-				CHECK(posix_memalign(&b, al, n) == 0 && ((uintptr_t)b & (al - 1)) == 0);
+				CHECK(posix_memalign(&b, al, n) == 0 &&
+				      ((uintptr_t)b & (al - 1)) == 0);
 				if (b)
 					memset(b, 0xa5, n);
 			}
@@ -150,7 +151,8 @@ static void check_realloc(void)
 	unsigned char *p = realloc(NULL, 10);
 	CHECK(p != NULL);
 	fill(p, 10, 1);
-	size_t steps[] = { 10, 17, 100, 1000, 5000, 40000, 100000, 1 << 20, 3 << 20, 70000, 30000, 900, 24, 3 };
+	size_t steps[] = { 10,      17,      100,   1000,  5000, 40000, 100000,
+			   1 << 20, 3 << 20, 70000, 30000, 900,  24,    3 };
 	size_t cur = 10;
 	for (unsigned i = 1; i < sizeof(steps) / sizeof(steps[0]); i++) {
 		size_t n = steps[i];

@@ -16,13 +16,13 @@
 #include <memory>
 
 static int checks, fails;
-#define CHECK(c)                                                                    \
-	do {                                                                        \
-		checks++;                                                           \
-		if (!(c)) {                                                         \
-			fails++;                                                    \
-			std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);    \
-		}                                                                   \
+#define CHECK(c)                                                                 \
+	do {                                                                     \
+		checks++;                                                        \
+		if (!(c)) {                                                      \
+			fails++;                                                 \
+			std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #c); \
+		}                                                                \
 	} while (0)
 
 struct alignas(256) Wide {
@@ -33,7 +33,9 @@ struct alignas(8192) Huge {
 };
 struct Small {
 	int a, b, c;
-	virtual ~Small() {}
+	virtual ~Small()
+	{
+	}
 };
 struct Derived : Small {
 	char pad[200];
