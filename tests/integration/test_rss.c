@@ -40,7 +40,8 @@ static void burst(size_t bytes, int check_rss)
 	CHECK(st.slabs == 0 && st.objects_inuse == 0);
 	CHECK(rss_peak >= rss0 + bytes / 2);
 	if (check_rss)
-		CHECKF(rss1 <= rss0 + (16u << 20), "RSS after %zu MiB, start %zu MiB", rss1 >> 20, rss0 >> 20);
+		CHECKF(rss1 <= rss0 + (16u << 20), "RSS after %zu MiB, start %zu MiB", rss1 >> 20,
+		       rss0 >> 20);
 	sheaf_os_unmap(v, n * sizeof(void *));
 	sheaf_cache_destroy(c);
 }

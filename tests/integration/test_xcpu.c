@@ -63,8 +63,8 @@ static void *consumer(void *arg)
 	return NULL;
 }
 
-static void run(const char *label, unsigned flags, double want_alloc, double want_free, double want_barn,
-		bool want_barn_reuse)
+static void run(const char *label, unsigned flags, double want_alloc, double want_free,
+		double want_barn, bool want_barn_reuse)
 {
 	struct sheaf_cache_args a = { .flags = flags };
 	cache = sheaf_cache_create(label, 256, &a);
@@ -84,13 +84,16 @@ static void run(const char *label, unsigned flags, double want_alloc, double wan
 	double alloc_fast = af / (af + as), free_fast = ff / (ff + fs);
 	printf("# %s (%s, %s): capacity %llu, alloc fast %.4f, free fast %.4f, objects per barn op %.1f "
 	       "(need >= %.1f), slabs allocated %llu\n",
-	       label, sheaf_percpu_mode(), getenv("SHEAF_FAKE_NUMA") ? getenv("SHEAF_FAKE_NUMA") : "real topology",
-	       (unsigned long long)st.sheaf_capacity, alloc_fast, free_fast, per, st.sheaf_capacity / 2.0,
-	       (unsigned long long)st.events[SHEAF_STAT_ALLOC_SLAB]);
+	       label, sheaf_percpu_mode(),
+	       getenv("SHEAF_FAKE_NUMA") ? getenv("SHEAF_FAKE_NUMA") : "real topology",
+	       (unsigned long long)st.sheaf_capacity, alloc_fast, free_fast, per,
+	       st.sheaf_capacity / 2.0, (unsigned long long)st.events[SHEAF_STAT_ALLOC_SLAB]);
 	/* Where the objects came from, per 1,000 allocations (issue 18 point 4). */
 	double k = (af + as) / 1000.0;
-	double refill = st.events[SHEAF_STAT_SHEAF_REFILL] / k, flush = st.events[SHEAF_STAT_SHEAF_FLUSH] / k;
-	double get = st.events[SHEAF_STAT_BARN_GET] / k, get_fail = st.events[SHEAF_STAT_BARN_GET_FAIL] / k;
+	double refill = st.events[SHEAF_STAT_SHEAF_REFILL] / k,
+	       flush = st.events[SHEAF_STAT_SHEAF_FLUSH] / k;
+	double get = st.events[SHEAF_STAT_BARN_GET] / k,
+	       get_fail = st.events[SHEAF_STAT_BARN_GET_FAIL] / k;
 	printf("# %s per 1000 allocations: %.1f refilled from slabs, %.1f flushed to slabs, %.2f barn gets, "
 	       "%.2f failed barn gets, %.2f barn puts\n",
 	       label, refill, flush, get, get_fail, st.events[SHEAF_STAT_BARN_PUT] / k);
@@ -99,15 +102,18 @@ static void run(const char *label, unsigned flags, double want_alloc, double wan
 		 * succeed, and objects pass through the slabs only at the start and at the
 		 * barn trimmer's pace, not once each (1,000 refills and ~1,000 flushes per
 		 * 1,000 allocations when the memoryless node kept a barn of its own). */
-		CHECKF(get > 4 * get_fail, "%s barn gets %.2f, failed %.2f per 1000", label, get, get_fail);
-		CHECKF(refill < 100 && flush < 100, "%s refilled %.1f, flushed %.1f per 1000", label, refill, flush);
+		CHECKF(get > 4 * get_fail, "%s barn gets %.2f, failed %.2f per 1000", label, get,
+		       get_fail);
+		CHECKF(refill < 100 && flush < 100, "%s refilled %.1f, flushed %.1f per 1000",
+		       label, refill, flush);
 	}
 	if (want_alloc > 0)
 		CHECKF(alloc_fast >= want_alloc, "%s alloc fast %.4f", label, alloc_fast);
 	if (want_free > 0)
 		CHECKF(free_fast >= want_free, "%s free fast %.4f", label, free_fast);
 	if (want_barn > 0)
-		CHECKF(per >= want_barn * st.sheaf_capacity / 2.0, "%s objects per barn op %.1f", label, per);
+		CHECKF(per >= want_barn * st.sheaf_capacity / 2.0, "%s objects per barn op %.1f",
+		       label, per);
 	printf("%s %d - %s\n", th_fails ? "not ok" : "ok", ++th_tests, label);
 	sheaf_cache_destroy(cache);
 }

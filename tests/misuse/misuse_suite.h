@@ -31,12 +31,16 @@
 void sheaf_error_set_warn(int warn);
 unsigned long sheaf_error_count(void);
 
-enum { MS_PLAIN, MS_CTOR, MS_TYPESAFE };
+enum {
+	MS_PLAIN,
+	MS_CTOR,
+	MS_TYPESAFE
+};
 #ifndef MS_FLAVOR
 #define MS_FLAVOR MS_PLAIN
 #endif
 
-#define MS_SIZE	 64
+#define MS_SIZE       64
 #define MS_CTOR_MAGIC 0xc0457c0457c04570ull
 
 struct ms_obj {
@@ -74,15 +78,16 @@ struct ms_case {
 };
 
 /* One line, "sheaf: <kind>: cache '<cache>' address <addr>", and SIGABRT. */
-static void ms_expect(const char *what, void (*fn)(void *), void *arg, const char *kind, const char *cache,
-		      const void *addr)
+static void ms_expect(const char *what, void (*fn)(void *), void *arg, const char *kind,
+		      const char *cache, const void *addr)
 {
 	th_expect_report(what, fn, arg, kind, cache, addr);
 }
 
 /* Under SHEAF_ON_ERROR=warn: the child reports the same line, marked as leaked, and
  * exits 0 (it goes on after the report). */
-static void ms_expect_warn(const char *what, void (*fn)(void *), void *arg, const char *kind, const void *addr)
+static void ms_expect_warn(const char *what, void (*fn)(void *), void *arg, const char *kind,
+			   const void *addr)
 {
 	struct th_child r;
 	sheaf_error_set_warn(1);
@@ -91,10 +96,12 @@ static void ms_expect_warn(const char *what, void (*fn)(void *), void *arg, cons
 	char head[160], at[64];
 	snprintf(head, sizeof(head), "sheaf: %s: ", kind);
 	snprintf(at, sizeof(at), "address %#lx", (unsigned long)(uintptr_t)addr);
-	CHECKF(r.exited && r.status == 0, "%s (warn): exit %d signal %d: %s", what, r.status, r.sig, r.err);
-	CHECKF(strstr(r.err, head) && strstr(r.err, at), "%s (warn): expected '%s' and '%s' in: %s", what, head, at,
+	CHECKF(r.exited && r.status == 0, "%s (warn): exit %d signal %d: %s", what, r.status, r.sig,
 	       r.err);
-	CHECKF(strstr(r.err, "SHEAF_ON_ERROR=warn") != NULL, "%s (warn): not marked as leaked: %s", what, r.err);
+	CHECKF(strstr(r.err, head) && strstr(r.err, at), "%s (warn): expected '%s' and '%s' in: %s",
+	       what, head, at, r.err);
+	CHECKF(strstr(r.err, "SHEAF_ON_ERROR=warn") != NULL, "%s (warn): not marked as leaked: %s",
+	       what, r.err);
 }
 
 static void *ms_alloc(struct sheaf_cache *c)
@@ -106,8 +113,14 @@ static void *ms_alloc(struct sheaf_cache *c)
 
 /* ---- Interior pointers: every free entry point ----------------------------------------- */
 
-static void do_interior_free(void *p) { sheaf_cache_free(ms_a, (char *)p + 8); }
-static void do_interior_free_last_byte(void *p) { sheaf_cache_free(ms_a, (char *)p + MS_SIZE - 1); }
+static void do_interior_free(void *p)
+{
+	sheaf_cache_free(ms_a, (char *)p + 8);
+}
+static void do_interior_free_last_byte(void *p)
+{
+	sheaf_cache_free(ms_a, (char *)p + MS_SIZE - 1);
+}
 static void do_interior_bulk(void *p)
 {
 	void *v[1] = { (char *)p + 8 };
@@ -138,7 +151,10 @@ static void do_interior_rcu(void *p)
 /* A slot size that is not a power of two (48): the reciprocal test, where p + 16 is a
  * multiple of 16 but no object start. */
 static struct sheaf_cache *ms_48;
-static void do_interior_48(void *p) { sheaf_cache_free(ms_48, p); }
+static void do_interior_48(void *p)
+{
+	sheaf_cache_free(ms_48, p);
+}
 static void do_df_48(void *p)
 {
 	sheaf_cache_free(ms_48, p);
@@ -147,23 +163,28 @@ static void do_df_48(void *p)
 
 static void test_interior(void)
 {
-	struct sheaf_cache_args a48 = { .flags = MS_FLAVOR == MS_TYPESAFE ? SHEAF_TYPESAFE_BY_RCU : 0,
+	struct sheaf_cache_args a48 = { .flags = MS_FLAVOR == MS_TYPESAFE ? SHEAF_TYPESAFE_BY_RCU :
+									    0,
 					.ctor = MS_FLAVOR == MS_CTOR ? ms_ctor : NULL };
 	ms_48 = sheaf_cache_create("ms-48", 48, &a48);
 	REQUIRE(ms_48);
 	char *q = ms_alloc(ms_48);
-	ms_expect("free(p + 16), 48-byte slots", do_interior_48, q + 16, "interior pointer", "ms-48", q + 16);
-	ms_expect("free(p + 8), 48-byte slots", do_interior_48, q + 8, "interior pointer", "ms-48", q + 8);
+	ms_expect("free(p + 16), 48-byte slots", do_interior_48, q + 16, "interior pointer",
+		  "ms-48", q + 16);
+	ms_expect("free(p + 8), 48-byte slots", do_interior_48, q + 8, "interior pointer", "ms-48",
+		  q + 8);
 	ms_expect("free p twice, 48-byte slots", do_df_48, q, "double free", "ms-48", q);
 	sheaf_cache_free(ms_48, q);
 	void *p = ms_alloc(ms_a);
 	ms_expect("free(p + 8)", do_interior_free, p, "interior pointer", "ms-a", (char *)p + 8);
 	ms_expect("free(p + size - 1)", do_interior_free_last_byte, p, "interior pointer", "ms-a",
 		  (char *)p + MS_SIZE - 1);
-	ms_expect("free_bulk({p + 8})", do_interior_bulk, p, "interior pointer", "ms-a", (char *)p + 8);
-	ms_expect("free_bulk({q, p + 16})", do_interior_bulk_mixed, p, "interior pointer", "ms-a", (char *)p + 16);
-	ms_expect("free_bulk({20 objects, p + 8, 20 objects})", do_interior_bulk_run, p, "interior pointer", "ms-a",
+	ms_expect("free_bulk({p + 8})", do_interior_bulk, p, "interior pointer", "ms-a",
 		  (char *)p + 8);
+	ms_expect("free_bulk({q, p + 16})", do_interior_bulk_mixed, p, "interior pointer", "ms-a",
+		  (char *)p + 16);
+	ms_expect("free_bulk({20 objects, p + 8, 20 objects})", do_interior_bulk_run, p,
+		  "interior pointer", "ms-a", (char *)p + 8);
 	ms_expect("free_rcu(p + 8)", do_interior_rcu, p, "interior pointer", "ms-a", (char *)p + 8);
 	ms_expect_warn("free(p + 8)", do_interior_free, p, "interior pointer", (char *)p + 8);
 	sheaf_cache_free(ms_a, p);
@@ -303,7 +324,8 @@ static void test_double_free(void)
 	sheaf_cache_free(ms_a, keep);
 	sheaf_cache_free(ms_a, x);
 	if (!SANITIZE_THREAD) {
-		ms_expect("free a in a thread; free a", do_df_other_thread, p, "double free", "ms-a", p);
+		ms_expect("free a in a thread; free a", do_df_other_thread, p, "double free",
+			  "ms-a", p);
 		ms_expect("free a in two threads", do_df_thread_alive, p, "double free", "ms-a", p);
 	} else {
 		/* TSan cannot start threads in a forked child: in this process, under warn
@@ -322,7 +344,8 @@ static void test_double_free(void)
 	ms_expect("free a; free_rcu a", do_df_free_then_rcu, p, "double free", "ms-a", p);
 	ms_expect("free_rcu a twice", do_df_rcu_twice, p, "double free", "ms-a", p);
 	ms_expect("free_rcu a; free a", do_df_rcu_then_free, p, "double free", "ms-a", p);
-	ms_expect("free_rcu a; barrier; free a", do_df_rcu_done_then_free, p, "double free", "ms-a", p);
+	ms_expect("free_rcu a; barrier; free a", do_df_rcu_done_then_free, p, "double free", "ms-a",
+		  p);
 	ms_expect_warn("free a; free b; free a", do_df_delayed, p, "double free", p);
 	ms_expect_warn("free_bulk({a, b, a})", do_df_bulk, p, "double free", p);
 	ms_expect_warn("free_bulk({a, 40 objects, a})", do_df_bulk_run, p, "double free", p);
@@ -334,7 +357,8 @@ static void test_double_free(void)
  * never a report for it.  The program copies a freed object's bytes (a use after free
  * read, but of its own memory) into live ones and frees those. */
 /* Reads a freed object on purpose: not through ASan's checks. */
-__attribute__((no_sanitize_address, noinline)) static void ms_copy_raw(unsigned char *dst, const void *src, size_t n)
+__attribute__((no_sanitize_address, noinline)) static void ms_copy_raw(unsigned char *dst,
+								       const void *src, size_t n)
 {
 	const volatile unsigned char *s = src;
 	for (size_t i = 0; i < n; i++)
@@ -364,7 +388,10 @@ static void test_no_false_report(void)
 
 /* ---- Wrong cache, foreign pointers ------------------------------------------------------- */
 
-static void do_wrong_cache(void *p) { sheaf_cache_free(ms_a, p); }
+static void do_wrong_cache(void *p)
+{
+	sheaf_cache_free(ms_a, p);
+}
 static void do_wrong_cache_bulk(void *p)
 {
 	void *v[1] = { p };
@@ -376,15 +403,20 @@ static void do_wrong_cache_rcu(void *p)
 	sheaf_cache_rcu_barrier(ms_a);
 }
 static char ms_static[256] __attribute__((aligned(64)));
-static void do_foreign(void *p) { sheaf_cache_free(ms_a, p); }
+static void do_foreign(void *p)
+{
+	sheaf_cache_free(ms_a, p);
+}
 
 static void test_wrong_and_foreign(void)
 {
 	void *q = ms_alloc(ms_b);
 	ms_expect("free into the wrong cache", do_wrong_cache, q, "wrong cache", "ms-a", q);
-	ms_expect("free_bulk into the wrong cache", do_wrong_cache_bulk, q, "wrong cache", "ms-a", q);
+	ms_expect("free_bulk into the wrong cache", do_wrong_cache_bulk, q, "wrong cache", "ms-a",
+		  q);
 	ms_expect("free_rcu into the wrong cache", do_wrong_cache_rcu, q, "wrong cache", "ms-a", q);
-	ms_expect("free of a static buffer", do_foreign, ms_static, "invalid pointer", "ms-a", ms_static);
+	ms_expect("free of a static buffer", do_foreign, ms_static, "invalid pointer", "ms-a",
+		  ms_static);
 	void *m = malloc(64);
 	ms_expect("free of glibc's memory", do_foreign, m, "invalid pointer", "ms-a", m);
 	free(m);
@@ -415,7 +447,10 @@ static void do_alloc_null(void *a)
 	(void)a;
 	sheaf_cache_alloc(NULL);
 }
-static void do_free_null_cache(void *p) { sheaf_cache_free(NULL, p); }
+static void do_free_null_cache(void *p)
+{
+	sheaf_cache_free(NULL, p);
+}
 static void do_bulk_null_cache(void *p)
 {
 	void *v[1] = { p };
@@ -427,7 +462,10 @@ static void do_alloc_destroyed(void *a)
 	(void)a;
 	sheaf_cache_alloc(ms_dead);
 }
-static void do_free_destroyed(void *p) { sheaf_cache_free(ms_dead, p); }
+static void do_free_destroyed(void *p)
+{
+	sheaf_cache_free(ms_dead, p);
+}
 static void do_destroy_twice(void *a)
 {
 	(void)a;
@@ -454,9 +492,15 @@ static void do_barrier_destroyed(void *a)
 	(void)a;
 	sheaf_cache_rcu_barrier(ms_dead);
 }
-static void do_free_rcu_destroyed(void *p) { sheaf_cache_free_rcu(ms_dead, p); }
+static void do_free_rcu_destroyed(void *p)
+{
+	sheaf_cache_free_rcu(ms_dead, p);
+}
 
-static void do_free_in_prefilled(void *o) { sheaf_cache_free(ms_a, o); }
+static void do_free_in_prefilled(void *o)
+{
+	sheaf_cache_free(ms_a, o);
+}
 
 static void test_handles(void)
 {
@@ -465,37 +509,48 @@ static void test_handles(void)
 	struct sheaf_prefilled *pf = sheaf_cache_prefill(ms_a, 4);
 	REQUIRE(pf && sheaf_prefilled_size(pf) >= 4);
 	void *in_sheaf = ((struct sheaf_sheaf *)pf)->objects[1];
-	ms_expect("free of an object in a prefilled sheaf", do_free_in_prefilled, in_sheaf, "double free", "ms-a",
-		  in_sheaf);
+	ms_expect("free of an object in a prefilled sheaf", do_free_in_prefilled, in_sheaf,
+		  "double free", "ms-a", in_sheaf);
 	sheaf_cache_return(ms_a, pf);
 
 	ms_pf = sheaf_cache_prefill(ms_a, 4);
 	REQUIRE(ms_pf);
-	ms_expect("return a prefilled sheaf to another cache", do_return_wrong, NULL, "wrong sheaf", "ms-b", ms_pf);
-	ms_expect("alloc_from another cache's sheaf", do_alloc_from_wrong, NULL, "wrong sheaf", "ms-b", ms_pf);
-	ms_expect("refill another cache's sheaf", do_refill_wrong, NULL, "wrong sheaf", "ms-b", ms_pf);
-	ms_expect_warn("return a prefilled sheaf to another cache", do_return_wrong, NULL, "wrong sheaf", ms_pf);
+	ms_expect("return a prefilled sheaf to another cache", do_return_wrong, NULL, "wrong sheaf",
+		  "ms-b", ms_pf);
+	ms_expect("alloc_from another cache's sheaf", do_alloc_from_wrong, NULL, "wrong sheaf",
+		  "ms-b", ms_pf);
+	ms_expect("refill another cache's sheaf", do_refill_wrong, NULL, "wrong sheaf", "ms-b",
+		  ms_pf);
+	ms_expect_warn("return a prefilled sheaf to another cache", do_return_wrong, NULL,
+		       "wrong sheaf", ms_pf);
 	sheaf_cache_return(ms_a, ms_pf);
 
 	void *p = ms_alloc(ms_a);
 	ms_expect("sheaf_cache_alloc(NULL)", do_alloc_null, NULL, "invalid cache", "?", NULL);
 	ms_expect("sheaf_cache_free(NULL, p)", do_free_null_cache, p, "invalid cache", "?", NULL);
-	ms_expect("sheaf_cache_free_bulk(NULL, ...)", do_bulk_null_cache, p, "invalid cache", "?", NULL);
+	ms_expect("sheaf_cache_free_bulk(NULL, ...)", do_bulk_null_cache, p, "invalid cache", "?",
+		  NULL);
 	sheaf_cache_free(ms_a, p);
 
 	ms_dead = ms_new_cache("ms-dead");
 	void *d = ms_alloc(ms_dead);
 	sheaf_cache_free(ms_dead, d);
 	sheaf_cache_destroy(ms_dead);
-	ms_expect("alloc from a destroyed cache", do_alloc_destroyed, NULL, "destroyed cache", "ms-dead", ms_dead);
-	ms_expect("free into a destroyed cache", do_free_destroyed, d, "destroyed cache", "ms-dead", ms_dead);
-	ms_expect("destroy twice", do_destroy_twice, NULL, "destroyed cache", "ms-dead", ms_dead);
-	ms_expect("prefill a destroyed cache", do_prefill_destroyed, NULL, "destroyed cache", "ms-dead", ms_dead);
-	ms_expect("shrink a destroyed cache", do_shrink_destroyed, NULL, "destroyed cache", "ms-dead", ms_dead);
-	ms_expect("statistics of a destroyed cache", do_stats_destroyed, NULL, "destroyed cache", "ms-dead", ms_dead);
-	ms_expect("RCU barrier of a destroyed cache", do_barrier_destroyed, NULL, "destroyed cache", "ms-dead",
+	ms_expect("alloc from a destroyed cache", do_alloc_destroyed, NULL, "destroyed cache",
+		  "ms-dead", ms_dead);
+	ms_expect("free into a destroyed cache", do_free_destroyed, d, "destroyed cache", "ms-dead",
 		  ms_dead);
-	ms_expect("free_rcu into a destroyed cache", do_free_rcu_destroyed, d, "destroyed cache", "ms-dead", ms_dead);
+	ms_expect("destroy twice", do_destroy_twice, NULL, "destroyed cache", "ms-dead", ms_dead);
+	ms_expect("prefill a destroyed cache", do_prefill_destroyed, NULL, "destroyed cache",
+		  "ms-dead", ms_dead);
+	ms_expect("shrink a destroyed cache", do_shrink_destroyed, NULL, "destroyed cache",
+		  "ms-dead", ms_dead);
+	ms_expect("statistics of a destroyed cache", do_stats_destroyed, NULL, "destroyed cache",
+		  "ms-dead", ms_dead);
+	ms_expect("RCU barrier of a destroyed cache", do_barrier_destroyed, NULL, "destroyed cache",
+		  "ms-dead", ms_dead);
+	ms_expect("free_rcu into a destroyed cache", do_free_rcu_destroyed, d, "destroyed cache",
+		  "ms-dead", ms_dead);
 	ms_expect_warn("destroy twice", do_destroy_twice, NULL, "destroyed cache", ms_dead);
 }
 
@@ -526,7 +581,8 @@ static void test_bounds(void)
 	errno = 0;
 	CHECK(sheaf_cache_create("ms-flags", MS_SIZE, &f) == NULL && errno == EINVAL);
 	errno = 0;
-	CHECK(sheaf_cache_create("ms-big", (size_t)SHEAF_MAX_OBJECT_SIZE + 1, NULL) == NULL && errno == EINVAL);
+	CHECK(sheaf_cache_create("ms-big", (size_t)SHEAF_MAX_OBJECT_SIZE + 1, NULL) == NULL &&
+	      errno == EINVAL);
 	errno = 0;
 	CHECK(sheaf_cache_create("ms-zero", 0, NULL) == NULL && errno == EINVAL);
 	errno = 0;
@@ -583,15 +639,15 @@ static void do_warn_continue(void *arg)
 	struct sheaf_cache *other = ms_new_cache("ms-cont-b");
 	void *keep, *f = ms_page_pair(c, &keep); /* f's slab outlives the shrink below */
 	void *a = ms_alloc(c), *b = ms_alloc(c), *d = ms_alloc(c), *e = ms_alloc(c);
-	sheaf_cache_free(c, (char *)a + 8);  /* interior */
+	sheaf_cache_free(c, (char *)a + 8); /* interior */
 	sheaf_cache_free(c, a);
 	sheaf_cache_free(c, b);
-	sheaf_cache_free(c, a);              /* delayed double free */
+	sheaf_cache_free(c, a); /* delayed double free */
 	void *v[3] = { d, e, d };
-	sheaf_cache_free_bulk(c, 3, v);      /* double free inside one bulk call */
+	sheaf_cache_free_bulk(c, 3, v); /* double free inside one bulk call */
 	sheaf_cache_free(c, f);
 	sheaf_cache_shrink(c);
-	sheaf_cache_free(c, f);              /* double free of an object back on its slab */
+	sheaf_cache_free(c, f); /* double free of an object back on its slab */
 	if (MS_FLAVOR != MS_PLAIN) {
 		/* Free after free_rcu: reported at once where the mark is outside the
 		 * object; in a plain cache only at the end of the grace period, and only
@@ -602,12 +658,12 @@ static void do_warn_continue(void *arg)
 	}
 	void *h = ms_alloc(c);
 	sheaf_cache_free_rcu(c, h);
-	sheaf_cache_free_rcu(c, h);          /* free_rcu twice */
+	sheaf_cache_free_rcu(c, h); /* free_rcu twice */
 	sheaf_cache_rcu_barrier(c);
 	void *w = ms_alloc(other);
-	sheaf_cache_free(c, w);              /* wrong cache: leaked, w stays live in other */
+	sheaf_cache_free(c, w); /* wrong cache: leaked, w stays live in other */
 	struct sheaf_prefilled *pf = sheaf_cache_prefill(other, 2);
-	sheaf_cache_return(c, pf);           /* wrong sheaf: leaked */
+	sheaf_cache_return(c, pf); /* wrong sheaf: leaked */
 
 	/* Allocate many: every address distinct, no two live objects overlap. */
 	static uintptr_t live[MS_LIVE + 2];
@@ -636,9 +692,11 @@ static void test_warn_continue(void)
 	sheaf_error_set_warn(1);
 	th_run_child(do_warn_continue, NULL, &r);
 	sheaf_error_set_warn(0);
-	CHECKF(r.exited && r.status == 0, "exit %d signal %d (20: no memory, 21: overlap, 22: ctor state lost): %s",
-	       r.status, r.sig, r.err);
-	static const char *const kinds[] = { "interior pointer", "double free", "wrong cache", "wrong sheaf" };
+	CHECKF(r.exited && r.status == 0,
+	       "exit %d signal %d (20: no memory, 21: overlap, 22: ctor state lost): %s", r.status,
+	       r.sig, r.err);
+	static const char *const kinds[] = { "interior pointer", "double free", "wrong cache",
+					     "wrong sheaf" };
 	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
 		CHECKF(strstr(r.err, kinds[i]) != NULL, "no '%s' report in: %s", kinds[i], r.err);
 	/* interior, delayed, bulk, slab, [free after free_rcu,] free_rcu twice, wrong
@@ -671,7 +729,8 @@ static void *ms_reader(void *arg)
 				atomic_fetch_add(&ms_bad, 1);
 			/* Plain: free_rcu keeps every byte until the grace period ends. */
 			if (MS_FLAVOR == MS_PLAIN &&
-			    __atomic_load_n(&o->words[0], __ATOMIC_RELAXED) != 0x1111111111111111ull)
+			    __atomic_load_n(&o->words[0], __ATOMIC_RELAXED) !=
+				    0x1111111111111111ull)
 				atomic_fetch_add(&ms_bad, 1);
 			atomic_fetch_add(&ms_reads, 1);
 		}
@@ -697,7 +756,8 @@ static void test_readers_unharmed(void)
 			 * object), plain readers until the grace period ends. */
 			__atomic_store_n(&o->ctor_state, MS_CTOR_MAGIC, __ATOMIC_RELAXED);
 			for (unsigned i = 0; i < MS_SIZE / 8 - 1; i++)
-				__atomic_store_n(&o->words[i], 0x1111111111111111ull, __ATOMIC_RELAXED);
+				__atomic_store_n(&o->words[i], 0x1111111111111111ull,
+						 __ATOMIC_RELAXED);
 		}
 		struct ms_obj *old = atomic_exchange(&ms_shared, o);
 		if (old) {
@@ -720,8 +780,8 @@ static void test_readers_unharmed(void)
 	struct ms_obj *last = atomic_exchange(&ms_shared, NULL);
 	sheaf_cache_free_rcu(c, last);
 	sheaf_cache_rcu_barrier(c);
-	CHECKF(atomic_load(&ms_bad) == 0, "%ld of %ld reads saw a damaged object", atomic_load(&ms_bad),
-	       atomic_load(&ms_reads));
+	CHECKF(atomic_load(&ms_bad) == 0, "%ld of %ld reads saw a damaged object",
+	       atomic_load(&ms_bad), atomic_load(&ms_reads));
 	if (MS_FLAVOR == MS_CTOR) {
 		/* Every object the cache hands out is still constructed. */
 		void *v[500];

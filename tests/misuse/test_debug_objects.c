@@ -23,7 +23,13 @@ static int fix_calls[5];
 static enum sheaf_debug_state fix_state[5];
 static bool fix_result = true;
 
-enum { F_INIT, F_ACTIVATE, F_DESTROY, F_FREE, F_ASSERT };
+enum {
+	F_INIT,
+	F_ACTIVATE,
+	F_DESTROY,
+	F_FREE,
+	F_ASSERT
+};
 
 static const struct sheaf_debug_obj_descr timer_descr;
 
@@ -169,7 +175,8 @@ static void test_double_init(void)
 	char want[128];
 	snprintf(want, sizeof(want), "init active object %p type test_timer", (void *)&obj);
 	CHECKF(strstr(r.err, want) != NULL, "no '%s' in: %s", want, r.err);
-	CHECKF(site_in(r.err, "init active", child_double_init), "site not in the caller: %s", r.err);
+	CHECKF(site_in(r.err, "init active", child_double_init), "site not in the caller: %s",
+	       r.err);
 	CHECK(strstr(r.err, "last changed from") != NULL); /* where it was activated */
 	CHECK(result_of(&r, "warnings") == 1);
 	CHECK(result_of(&r, "fixups") == 1);
@@ -282,7 +289,8 @@ static void test_sheaf_free_while_active(void)
 	snprintf(want, sizeof(want), "free active object %s type test_timer", addr);
 	CHECKF(strstr(r.err, want) != NULL, "no '%s' in: %s", want, r.err);
 	CHECK(strstr(r.err, "plain_obj") == NULL);
-	CHECKF(frame_in(r.err, child_sheaf_free_active), "no frame of the freeing function: %s", r.err);
+	CHECKF(frame_in(r.err, child_sheaf_free_active), "no frame of the freeing function: %s",
+	       r.err);
 	CHECK(result_of(&r, "warnings") == 1);
 	CHECK(result_of(&r, "fixcalls") == 1);
 	CHECK(result_of(&r, "in_use") == 0);
@@ -447,7 +455,7 @@ static void test_single_pool(void)
 
 /* Threads churn bursts of objects (the benchmark's shape, small): no report,
  * every record accounted for, and the thread pools go back at thread exit. */
-#define NTHR 4
+#define NTHR  4
 #define BURST 600
 static struct timerish thr_objs[NTHR][BURST];
 
@@ -489,9 +497,9 @@ static void test_threads(void)
 	struct sheaf_debug_objects_stats s2 = stats();
 	CHECK(s2.pool_to_free == 0);
 	CHECK(s2.pool_global <= 256 + 16);
-	CHECK(s2.cache_frees - s.cache_frees == s.pool_global + s.pool_to_free + s.pool_percpu - s2.pool_global - s2.pool_percpu);
+	CHECK(s2.cache_frees - s.cache_frees ==
+	      s.pool_global + s.pool_to_free + s.pool_percpu - s2.pool_global - s2.pool_percpu);
 }
-
 
 /* The EWMA-throttled free work: after a burst ends, records go back to the
  * cache gradually (at most FREE_MAX = 1024 per run, at most 10 runs a second),

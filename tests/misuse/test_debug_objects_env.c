@@ -16,8 +16,8 @@ static void child_disabled(void *arg)
 	setenv("SHEAF_DEBUG_OBJECTS", "0", 1);
 	sheaf_debug_object_init(&objs[0], &d);
 	sheaf_debug_object_activate(&objs[0], &d);
-	sheaf_debug_object_free(&objs[0], &d);            /* would be "free active" */
-	sheaf_debug_object_deactivate(&objs[1], &d);      /* would be "not available" */
+	sheaf_debug_object_free(&objs[0], &d);       /* would be "free active" */
+	sheaf_debug_object_deactivate(&objs[1], &d); /* would be "not available" */
 	struct sheaf_debug_objects_stats s = { .size = sizeof(s) };
 	sheaf_debug_objects_stats_get(&s);
 	fprintf(stderr, "@enabled=%u warnings=%llu allocs=%llu state=%d\n", s.enabled,

@@ -93,7 +93,9 @@ static void test_double_free(void)
 	REQUIRE(o);
 	char want[160], addr[32] = { 0 };
 	sscanf(o + 5, "%31s", addr);
-	snprintf(want, sizeof(want), "sheaf: double free: cache 'dbg-dfree' address %s: the object is already free", addr);
+	snprintf(want, sizeof(want),
+		 "sheaf: double free: cache 'dbg-dfree' address %s: the object is already free",
+		 addr);
 	CHECKF(strstr(r.err, want) != NULL, "no '%s' in: %s", want, r.err);
 	CHECKF(site_after(r.err, "last allocated at", child_double_free), "%s", r.err);
 	CHECKF(site_after(r.err, "last freed at", child_double_free), "%s", r.err);
@@ -123,8 +125,8 @@ static void test_write_after_free(void)
 	REQUIRE(o);
 	char want[160], addr[32] = { 0 };
 	sscanf(o + 5, "%31s", addr);
-	snprintf(want, sizeof(want), "sheaf: write after free: cache 'dbg-uaf' address %s: poison overwritten",
-		 addr);
+	snprintf(want, sizeof(want),
+		 "sheaf: write after free: cache 'dbg-uaf' address %s: poison overwritten", addr);
 	CHECKF(strstr(r.err, want) != NULL, "no '%s' in: %s", want, r.err);
 	CHECKF(strstr(r.err, "first bad byte at offset 12: 0x42") != NULL, "%s", r.err);
 	CHECK(strstr(r.err, "6b 6b 6b 6b 42 6b") != NULL); /* the bytes around it */
@@ -144,7 +146,7 @@ static __attribute__((noinline)) void child_redzone(void *arg)
 	if (where >= 0)
 		raw_write(o, (long)sizeof(*o) + where, 0, 1); /* overflow past the end */
 	else
-		raw_write(o, where, 0, 1);                     /* underflow before the start */
+		raw_write(o, where, 0, 1); /* underflow before the start */
 	sheaf_cache_free(c, o);
 	fprintf(stderr, "@survived\n");
 }
@@ -154,8 +156,8 @@ static void test_redzone_overwrite(void)
 	struct th_child r;
 	th_run_child(child_redzone, (void *)(intptr_t)3, &r);
 	CHECKF(aborted(&r), "status %d sig %d: %s", r.status, r.sig, r.err);
-	CHECKF(strstr(r.err, "sheaf: buffer overflow: cache 'dbg-rz' address 0x") != NULL,
-	       "%s", r.err);
+	CHECKF(strstr(r.err, "sheaf: buffer overflow: cache 'dbg-rz' address 0x") != NULL, "%s",
+	       r.err);
 	CHECKF(strstr(r.err, "first bad byte 3 bytes after the object: 0x00") != NULL, "%s", r.err);
 	CHECK(strstr(r.err, "cc cc cc 00 cc") != NULL);
 	CHECKF(site_after(r.err, "last allocated at", child_redzone), "%s", r.err);
@@ -163,7 +165,8 @@ static void test_redzone_overwrite(void)
 
 	th_run_child(child_redzone, (void *)(intptr_t)-5, &r);
 	CHECKF(aborted(&r), "%s", r.err);
-	CHECKF(strstr(r.err, "first bad byte 5 bytes before the object: 0x00") != NULL, "%s", r.err);
+	CHECKF(strstr(r.err, "first bad byte 5 bytes before the object: 0x00") != NULL, "%s",
+	       r.err);
 }
 
 /* A red zone damaged while the object is free is found at the next allocation. */
@@ -181,7 +184,8 @@ static void test_redzone_while_free(void)
 	struct th_child r;
 	th_run_child(child_redzone_free, NULL, &r);
 	CHECKF(aborted(&r), "%s", r.err);
-	CHECKF(strstr(r.err, "red zone overwritten while the object was free") != NULL, "%s", r.err);
+	CHECKF(strstr(r.err, "red zone overwritten while the object was free") != NULL, "%s",
+	       r.err);
 	CHECK(strstr(r.err, "first bad byte 0 bytes after the object: 0x77") != NULL);
 }
 
@@ -196,11 +200,11 @@ static __attribute__((noinline)) void child_foreign(void *arg)
 	struct obj *o = sheaf_cache_alloc(c);
 	struct obj *q = sheaf_cache_alloc(other);
 	if (kind == 0)
-		sheaf_cache_free(c, &not_ours);         /* never from Sheaf */
+		sheaf_cache_free(c, &not_ours); /* never from Sheaf */
 	else if (kind == 1)
-		sheaf_cache_free(c, q);                  /* from another cache */
+		sheaf_cache_free(c, q); /* from another cache */
 	else
-		sheaf_cache_free(c, (char *)o + 8);      /* inside an object */
+		sheaf_cache_free(c, (char *)o + 8); /* inside an object */
 	fprintf(stderr, "@survived\n");
 }
 
@@ -214,8 +218,7 @@ static void test_foreign_free(void)
 	       "%s", r.err);
 	th_run_child(child_foreign, (void *)1, &r);
 	CHECKF(aborted(&r), "%s", r.err);
-	CHECKF(strstr(r.err, "free of an object of cache 'dbg-other'") != NULL, "%s",
-	       r.err);
+	CHECKF(strstr(r.err, "free of an object of cache 'dbg-other'") != NULL, "%s", r.err);
 	th_run_child(child_foreign, (void *)2, &r);
 	CHECKF(aborted(&r), "%s", r.err);
 	snprintf(want, sizeof(want), "sheaf: interior pointer: cache 'dbg-foreign' address");
@@ -285,19 +288,21 @@ static void test_prefill(void)
 {
 	struct th_child r;
 	th_run_child(child_prefill, NULL, &r);
-	CHECKF(r.exited && r.status == 0 && strstr(r.err, "@clean"), "status %d sig %d: %s", r.status,
-	       r.sig, r.err);
+	CHECKF(r.exited && r.status == 0 && strstr(r.err, "@clean"), "status %d sig %d: %s",
+	       r.status, r.sig, r.err);
 	CHECK(strstr(r.err, "BUG") == NULL);
 	th_run_child(child_prefill, (void *)1, &r);
 	CHECKF(aborted(&r), "status %d sig %d: %s", r.status, r.sig, r.err);
-	CHECKF(strstr(r.err, "sheaf: write after free: cache 'dbg-prefill'") && strstr(r.err, "poison overwritten") != NULL &&
-	       strstr(r.err, "first bad byte at offset 20: 0x55") != NULL, "%s", r.err);
+	CHECKF(strstr(r.err, "sheaf: write after free: cache 'dbg-prefill'") &&
+		       strstr(r.err, "poison overwritten") != NULL &&
+		       strstr(r.err, "first bad byte at offset 20: 0x55") != NULL,
+	       "%s", r.err);
 }
 
 /* ---- threads: cross-thread frees in a debug cache are clean ------------------------- */
 
 #define MT_THREADS 4
-#define MT_OBJS 1500
+#define MT_OBJS    1500
 static struct sheaf_cache *mt_cache;
 static void *mt_objs[MT_THREADS][MT_OBJS];
 static pthread_barrier_t mt_barrier;
@@ -357,7 +362,7 @@ static void test_selection_and_layout(void)
 	struct sheaf_cache *plain = mk("plain", 0);
 	struct sheaf_stats s = { .size = sizeof(s) }, p = { .size = sizeof(p) };
 	REQUIRE(sheaf_stats_get(c, &s) == 0 && sheaf_stats_get(plain, &p) == 0);
-	CHECK(s.sheaf_capacity == 0);          /* debug caches have no sheaves (K§3) */
+	CHECK(s.sheaf_capacity == 0); /* debug caches have no sheaves (K§3) */
 	CHECK(p.sheaf_capacity > 0);
 	CHECK(s.slot_size >= 16 + 32 + 16 + 8); /* red zones and metadata around the object */
 	CHECK(sheaf_cache_object_size(c) == sizeof(struct obj));

@@ -13,7 +13,8 @@ static void expect_abort(void (*fn)(void *), const char *what, const char *must)
 {
 	struct th_child r;
 	th_run_child(fn, NULL, &r);
-	CHECKF(r.signaled && r.sig == SIGABRT, "%s: child did not abort (exit %d sig %d)", what, r.status, r.sig);
+	CHECKF(r.signaled && r.sig == SIGABRT, "%s: child did not abort (exit %d sig %d)", what,
+	       r.status, r.sig);
 	CHECKF(strstr(r.err, "cache '") != NULL, "%s: no cache name in: %s", what, r.err);
 	CHECKF(strstr(r.err, "0x") != NULL, "%s: no address in: %s", what, r.err);
 	CHECKF(strstr(r.err, must) != NULL, "%s: expected '%s' in: %s", what, must, r.err);
@@ -228,7 +229,8 @@ static void test_destroy_leak(void)
 	struct th_child r;
 	th_run_child(do_leak_destroy, NULL, &r);
 	CHECKF(r.exited && r.status == 0, "exit %d sig %d", r.status, r.sig);
-	CHECKF(strstr(r.err, "cache 'leaky' destroyed with 3 objects still allocated") != NULL, "got: %s", r.err);
+	CHECKF(strstr(r.err, "cache 'leaky' destroyed with 3 objects still allocated") != NULL,
+	       "got: %s", r.err);
 }
 
 int main(void)

@@ -22,17 +22,32 @@ int sheaf_malloc_posix_memalign(void **memptr, size_t align, size_t size);
 void *sheaf_malloc_pvalloc(size_t size);
 void *sheaf_malloc_reallocarray(void *ptr, size_t nmemb, size_t size);
 
-static void expect(const char *what, void (*fn)(void *), void *arg, const char *kind, const char *cache,
-		   const void *addr)
+static void expect(const char *what, void (*fn)(void *), void *arg, const char *kind,
+		   const char *cache, const void *addr)
 {
 	th_expect_report(what, fn, arg, kind, cache, addr);
 }
 
-static void do_free_interior(void *p) { sheaf_free((char *)p + 8); }
-static void do_realloc_interior(void *p) { sheaf_realloc((char *)p + 8, 200); }
-static void do_realloc_interior_same(void *p) { sheaf_realloc((char *)p + 8, 60); }
-static void do_free_sized_interior(void *p) { sheaf_free_sized((char *)p + 8, 56); }
-static void do_usable_interior(void *p) { sheaf_usable_size((char *)p + 8); }
+static void do_free_interior(void *p)
+{
+	sheaf_free((char *)p + 8);
+}
+static void do_realloc_interior(void *p)
+{
+	sheaf_realloc((char *)p + 8, 200);
+}
+static void do_realloc_interior_same(void *p)
+{
+	sheaf_realloc((char *)p + 8, 60);
+}
+static void do_free_sized_interior(void *p)
+{
+	sheaf_free_sized((char *)p + 8, 56);
+}
+static void do_usable_interior(void *p)
+{
+	sheaf_usable_size((char *)p + 8);
+}
 
 static void test_interior(void)
 {
@@ -42,7 +57,8 @@ static void test_interior(void)
 	REQUIRE(cn);
 	expect("free(p + 8)", do_free_interior, p, "interior pointer", cn, p + 8);
 	expect("realloc(p + 8, 200)", do_realloc_interior, p, "interior pointer", cn, p + 8);
-	expect("realloc(p + 8, same class)", do_realloc_interior_same, p, "interior pointer", cn, p + 8);
+	expect("realloc(p + 8, same class)", do_realloc_interior_same, p, "interior pointer", cn,
+	       p + 8);
 	expect("free_sized(p + 8)", do_free_sized_interior, p, "interior pointer", cn, p + 8);
 	expect("malloc_usable_size(p + 8)", do_usable_interior, p, "interior pointer", cn, p + 8);
 	sheaf_free(p);
@@ -50,7 +66,8 @@ static void test_interior(void)
 	char *q = sheaf_malloc(48);
 	REQUIRE(q);
 	const char *cq = sheaf_cache_name(sheaf_cache_of(q));
-	expect("free(p + 16), 48-byte class", do_free_interior, q + 8, "interior pointer", cq, q + 16);
+	expect("free(p + 16), 48-byte class", do_free_interior, q + 8, "interior pointer", cq,
+	       q + 16);
 	sheaf_free(q);
 }
 
@@ -118,14 +135,18 @@ static void test_double_free(void)
 	sheaf_error_set_warn(1);
 	th_run_child(do_df_delayed, p, &r);
 	sheaf_error_set_warn(0);
-	CHECKF(r.exited && r.status == 0 && strstr(r.err, "double free") && strstr(r.err, "SHEAF_ON_ERROR=warn"),
+	CHECKF(r.exited && r.status == 0 && strstr(r.err, "double free") &&
+		       strstr(r.err, "SHEAF_ON_ERROR=warn"),
 	       "warn: exit %d: %s", r.status, r.err);
 	sheaf_free(other);
 	sheaf_free(p);
 }
 
 static char not_ours[128];
-static void do_free_foreign(void *p) { sheaf_free(p); }
+static void do_free_foreign(void *p)
+{
+	sheaf_free(p);
+}
 static void do_free_extent_twice(void *p)
 {
 	sheaf_free(p);
@@ -134,12 +155,14 @@ static void do_free_extent_twice(void *p)
 
 static void test_foreign(void)
 {
-	expect("free of a static buffer", do_free_foreign, not_ours + 16, "invalid pointer", "malloc", not_ours + 16);
+	expect("free of a static buffer", do_free_foreign, not_ours + 16, "invalid pointer",
+	       "malloc", not_ours + 16);
 	void *big = sheaf_malloc(200000);
 	REQUIRE(big);
-	expect("free of a large block twice", do_free_extent_twice, big, "invalid pointer", "malloc", big);
-	expect("free inside a large block", do_free_foreign, (char *)big + 4096, "invalid pointer", "malloc",
-	       (char *)big + 4096);
+	expect("free of a large block twice", do_free_extent_twice, big, "invalid pointer",
+	       "malloc", big);
+	expect("free inside a large block", do_free_foreign, (char *)big + 4096, "invalid pointer",
+	       "malloc", (char *)big + 4096);
 	sheaf_free(big);
 }
 
@@ -183,7 +206,8 @@ static void test_warn_continue(void)
 	int lines = 0;
 	for (const char *s = r.err; (s = strchr(s, '\n')) != NULL; s++)
 		lines++;
-	CHECKF(lines == 4, "expected 4 reports (interior, 3 double frees), got %d: %s", lines, r.err);
+	CHECKF(lines == 4, "expected 4 reports (interior, 3 double frees), got %d: %s", lines,
+	       r.err);
 }
 
 /* No request, however large, uses up memory before failing (an address-space limit
@@ -203,12 +227,18 @@ static void test_huge_requests(void)
 			fclose(f);
 		}
 		if (pages) {
-			struct rlimit rl = { pages * 4096ul + (8ul << 30), pages * 4096ul + (8ul << 30) };
+			struct rlimit rl = { pages * 4096ul + (8ul << 30),
+					     pages * 4096ul + (8ul << 30) };
 			setrlimit(RLIMIT_AS, &rl);
 		}
 	}
-	static const size_t sizes[] = { SIZE_MAX, SIZE_MAX - 4096, SIZE_MAX / 2 + 1, (size_t)PTRDIFF_MAX,
-					(size_t)PTRDIFF_MAX - 4095, (size_t)1 << 48, (size_t)64 << 30 };
+	static const size_t sizes[] = { SIZE_MAX,
+					SIZE_MAX - 4096,
+					SIZE_MAX / 2 + 1,
+					(size_t)PTRDIFF_MAX,
+					(size_t)PTRDIFF_MAX - 4095,
+					(size_t)1 << 48,
+					(size_t)64 << 30 };
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 		size_t n = sizes[i];
 		errno = 0;
@@ -216,11 +246,14 @@ static void test_huge_requests(void)
 		errno = 0;
 		CHECKF(sheaf_calloc(1, n) == NULL && errno == ENOMEM, "calloc(1, %zu)", n);
 		errno = 0;
-		CHECKF(sheaf_aligned_alloc(64, n) == NULL && errno == ENOMEM, "aligned_alloc(64, %zu)", n);
+		CHECKF(sheaf_aligned_alloc(64, n) == NULL && errno == ENOMEM,
+		       "aligned_alloc(64, %zu)", n);
 		errno = 0;
-		CHECKF(sheaf_aligned_alloc(1 << 20, n) == NULL && errno == ENOMEM, "aligned_alloc(1M, %zu)", n);
+		CHECKF(sheaf_aligned_alloc(1 << 20, n) == NULL && errno == ENOMEM,
+		       "aligned_alloc(1M, %zu)", n);
 		void *m = (void *)1;
-		CHECKF(sheaf_malloc_posix_memalign(&m, 4096, n) == ENOMEM && m == (void *)1, "posix_memalign(%zu)", n);
+		CHECKF(sheaf_malloc_posix_memalign(&m, 4096, n) == ENOMEM && m == (void *)1,
+		       "posix_memalign(%zu)", n);
 		void *p = sheaf_malloc(100);
 		errno = 0;
 		CHECKF(sheaf_realloc(p, n) == NULL && errno == ENOMEM, "realloc(p, %zu)", n);
@@ -239,10 +272,12 @@ static void test_huge_requests(void)
 		size_t al = aligns[i];
 		errno = 0;
 		void *p = sheaf_aligned_alloc(al, 16);
-		CHECKF(p == NULL && (errno == ENOMEM || errno == EINVAL), "aligned_alloc(%#zx, 16)", al);
+		CHECKF(p == NULL && (errno == ENOMEM || errno == EINVAL), "aligned_alloc(%#zx, 16)",
+		       al);
 		void *m = (void *)1;
 		int rc = sheaf_malloc_posix_memalign(&m, al, 16);
-		CHECKF((rc == ENOMEM || rc == EINVAL) && m == (void *)1, "posix_memalign(%#zx, 16) = %d", al, rc);
+		CHECKF((rc == ENOMEM || rc == EINVAL) && m == (void *)1,
+		       "posix_memalign(%#zx, 16) = %d", al, rc);
 		errno = 0;
 		p = sheaf_malloc_memalign(al, 16);
 		CHECKF(p == NULL && (errno == ENOMEM || errno == EINVAL), "memalign(%#zx, 16)", al);

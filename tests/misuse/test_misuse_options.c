@@ -13,20 +13,22 @@
 struct opt_case {
 	const char *var, *value;
 	enum sheaf_option_id id;
-	long want;      /* effective value afterwards (OPT_LONG/BOOL) */
+	long want;            /* effective value afterwards (OPT_LONG/BOOL) */
 	const char *want_str; /* or string value */
-	const char *msg; /* expected in the one line; NULL: no line at all */
+	const char *msg;      /* expected in the one line; NULL: no line at all */
 };
 
 static const struct opt_case cases[] = {
 	{ "SHEAF_SHEAF_CAPACITY", "4294967297", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL,
 	  "SHEAF_SHEAF_CAPACITY='4294967297' ignored: accepted an integer in 0..4096 (keeping 0)" },
 	{ "SHEAF_SHEAF_CAPACITY", "1073741824", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL, "in 0..4096" },
-	{ "SHEAF_SHEAF_CAPACITY", "99999999999999999999999", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL, "in 0..4096" },
+	{ "SHEAF_SHEAF_CAPACITY", "99999999999999999999999", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL,
+	  "in 0..4096" },
 	{ "SHEAF_SHEAF_CAPACITY", "12abc", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL, "'12abc' ignored" },
 	{ "SHEAF_SHEAF_CAPACITY", "-1", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL, "'-1' ignored" },
 	{ "SHEAF_SHEAF_CAPACITY", " 5", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL, "' 5' ignored" },
-	{ "SHEAF_SHEAF_CAPACITY", "", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL, "SHEAF_SHEAF_CAPACITY='' ignored" },
+	{ "SHEAF_SHEAF_CAPACITY", "", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL,
+	  "SHEAF_SHEAF_CAPACITY='' ignored" },
 	{ "SHEAF_SHEAF_CAPACITY", "0x20", SHEAF_OPT_SHEAF_CAPACITY, 32, NULL, NULL },
 	{ "SHEAF_SHEAF_CAPACITY", "4096", SHEAF_OPT_SHEAF_CAPACITY, 4096, NULL, NULL },
 	{ "SHEAF_HEAP_GB", "18446744073709551617", SHEAF_OPT_HEAP_GB, 64, NULL,
@@ -35,8 +37,10 @@ static const struct opt_case cases[] = {
 	{ "SHEAF_REAP_MS", "abc", SHEAF_OPT_REAP_MS, -1, NULL, "SHEAF_REAP_MS='abc' ignored" },
 	{ "SHEAF_BARN_MAX_FULL", "4294967296", SHEAF_OPT_BARN_MAX_FULL, 0, NULL, "in 0..65536" },
 	{ "SHEAF_STATS", "maybe", SHEAF_OPT_STATS, 0, NULL, "accepted 0, 1 or json" },
-	{ "SHEAF_FREE_CHECKS", "2", SHEAF_OPT_FREE_CHECKS, 1, NULL, "SHEAF_FREE_CHECKS='2' ignored: accepted 0 or 1" },
-	{ "SHEAF_ON_ERROR", "wran", SHEAF_OPT_ON_ERROR, 0, "abort", "accepted one of abort|warn (keeping abort)" },
+	{ "SHEAF_FREE_CHECKS", "2", SHEAF_OPT_FREE_CHECKS, 1, NULL,
+	  "SHEAF_FREE_CHECKS='2' ignored: accepted 0 or 1" },
+	{ "SHEAF_ON_ERROR", "wran", SHEAF_OPT_ON_ERROR, 0, "abort",
+	  "accepted one of abort|warn (keeping abort)" },
 	{ "SHEAF_ON_ERROR", "WARN", SHEAF_OPT_ON_ERROR, 0, "warn", NULL },
 	{ "SHEAF_PERCPU", "fast", SHEAF_OPT_PERCPU, 0, "auto", "one of auto|rseq|thread" },
 	{ "SHEAF_OPTIONS", "SHEAF_CAPACITY=70000", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL,
@@ -65,15 +69,17 @@ static void test_strict_options(void)
 		const struct opt_case *k = &cases[i];
 		struct th_child r;
 		th_run_child(child, (void *)k, &r);
-		CHECKF(r.exited && r.status == 0, "%s=%s: exit %d (3/4: value not kept): %s", k->var, k->value,
-		       r.status, r.err);
+		CHECKF(r.exited && r.status == 0, "%s=%s: exit %d (3/4: value not kept): %s",
+		       k->var, k->value, r.status, r.err);
 		if (k->msg) {
-			CHECKF(strstr(r.err, k->msg) != NULL, "%s=%s: expected '%s' in: %s", k->var, k->value, k->msg,
-			       r.err);
+			CHECKF(strstr(r.err, k->msg) != NULL, "%s=%s: expected '%s' in: %s", k->var,
+			       k->value, k->msg, r.err);
 			char *nl = strchr(r.err, '\n');
-			CHECKF(nl && nl[1] == 0, "%s=%s: not one line: %s", k->var, k->value, r.err);
+			CHECKF(nl && nl[1] == 0, "%s=%s: not one line: %s", k->var, k->value,
+			       r.err);
 		} else {
-			CHECKF(r.err[0] == 0, "%s=%s: unexpected output: %s", k->var, k->value, r.err);
+			CHECKF(r.err[0] == 0, "%s=%s: unexpected output: %s", k->var, k->value,
+			       r.err);
 		}
 	}
 }

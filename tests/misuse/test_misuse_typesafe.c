@@ -3,4 +3,7 @@
 #define MS_FLAVOR MS_TYPESAFE
 #include "misuse_suite.h"
 
-int main(void) { return ms_main(); }
+int main(void)
+{
+	return ms_main();
+}

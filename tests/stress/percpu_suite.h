@@ -48,9 +48,9 @@ static int ps_ncpu = 1;
 static long ps_budget_ops = 4000000; /* alloc+free pairs per phase, over all threads */
 
 struct ps_obj {
-	uint64_t tag;	/* thread << 40 | sequence */
+	uint64_t tag;   /* thread << 40 | sequence */
 	uint64_t check; /* tag * constant */
-	uint32_t ci;	/* cache index */
+	uint32_t ci;    /* cache index */
 };
 
 static void ps_fill(struct ps_obj *o, unsigned ci, uint64_t tag)

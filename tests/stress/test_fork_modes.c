@@ -38,20 +38,20 @@
 #include "sheaf_malloc.h"
 
 #if SANITIZE_THREAD || SANITIZE_ADDRESS
-#define FORKS 40
+#define FORKS         40
 #define CHILD_THREADS 0
 #elif SHEAF_DEBUG >= 1
-#define FORKS 100 /* -O0 with the invariant walkers: 5x slower; the witness checks each */
+#define FORKS         100 /* -O0 with the invariant walkers: 5x slower; the witness checks each */
 #define CHILD_THREADS 1
 #else
-#define FORKS 500
+#define FORKS         500
 #define CHILD_THREADS 1
 #endif
 /* TSan builds keep liburcu's worker running across fork (src/rcu/rcu_free.c: TSan kills
  * a child that starts one), so their children do not wait for grace periods. */
 #define CHILD_RCU (!SANITIZE_THREAD)
-#define BUSY 4
-#define OBJ 96
+#define BUSY      4
+#define OBJ       96
 
 static struct sheaf_cache *cache;
 static atomic_int stop;
@@ -75,7 +75,9 @@ static bool intact(const unsigned char *p, unsigned tag)
 /* One round of everything a process (or thread) of the test does. */
 static int round_of_work(struct sheaf_cache *c, unsigned seed, bool rcu)
 {
-	enum { N = 64 };
+	enum {
+		N = 64
+	};
 	void *v[N];
 	char *m[N];
 	for (int i = 0; i < N; i++) {
@@ -84,7 +86,8 @@ static int round_of_work(struct sheaf_cache *c, unsigned seed, bool rcu)
 		/* Sheaf's under the preload.  Not in sanitizer builds, where it is the
 		 * sanitizer's allocator, whose locks are not fork-safe (a child hung in
 		 * libasan's allocator, its lock copied held from a busy thread). */
-		char *g = SANITIZE_THREAD || SANITIZE_ADDRESS ? (char *)v[i] : malloc(40 + (size_t)i);
+		char *g = SANITIZE_THREAD || SANITIZE_ADDRESS ? (char *)v[i] :
+								malloc(40 + (size_t)i);
 		if (!v[i] || !m[i] || !g) {
 			/* Say which allocation failed and why: a NULL here was seen once in a
 			 * matrix run (rseq=0 mode, loaded machine) and is not explained yet. */
@@ -200,7 +203,8 @@ static int run(void)
 	sheaf_rcu_barrier();
 	pthread_t t[BUSY];
 	for (int i = 0; i < BUSY; i++)
-		REQUIRE(pthread_create(&t[i], NULL, busy_thread, (void *)(uintptr_t)(i * 100000)) == 0);
+		REQUIRE(pthread_create(&t[i], NULL, busy_thread, (void *)(uintptr_t)(i * 100000)) ==
+			0);
 	/* The first fork waits until every busy thread runs its loop.  A thread still
 	 * starting may hold its runtime's locks: gcc 12's libasan allocates in a new
 	 * thread's start (pthread_getattr_np, under an allocator lock it does not take
@@ -222,7 +226,8 @@ static int run(void)
 		REQUIRE(waitpid(p, &st, 0) == p);
 		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
 			if (failed++ < 5)
-				fprintf(stderr, "# fork %d (mode %s): child %s %d\n", f, sheaf_percpu_mode(),
+				fprintf(stderr, "# fork %d (mode %s): child %s %d\n", f,
+					sheaf_percpu_mode(),
 					WIFEXITED(st) ? "exited" : "killed by signal",
 					WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
 		}
@@ -284,7 +289,8 @@ int main(int argc, char **argv)
 		/* The whole suite is being run in one mode (scripts/test.sh): that mode
 		 * only, rather than three runs that the environment would all force to it. */
 		const char *pc = getenv("SHEAF_PERCPU"), *gt = getenv("GLIBC_TUNABLES");
-		bool thread = (pc && !strcmp(pc, "thread")) || (gt && strstr(gt, "glibc.pthread.rseq=0"));
+		bool thread = (pc && !strcmp(pc, "thread")) ||
+			      (gt && strstr(gt, "glibc.pthread.rseq=0"));
 		/* And that mode is the one in force (the matrix's runs are what they say). */
 		one_mode("mode set by the environment", dflt, thread ? "per-thread" : NULL, 0);
 		printf("1..%d\n", th_tests);

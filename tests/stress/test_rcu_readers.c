@@ -45,11 +45,11 @@
 
 #define NREADERS 4
 #define NWRITERS 3
-#define NSLOTS	 64
-#define MAGIC	 0xc0ffee5eaf00d1e5ull
-#define MIN_GPS	 5000
-#define MIN_MS	 3000
-#define MAX_MS	 20000
+#define NSLOTS   64
+#define MAGIC    0xc0ffee5eaf00d1e5ull
+#define MIN_GPS  5000
+#define MIN_MS   3000
+#define MAX_MS   20000
 
 struct obj {
 	uint64_t gen;

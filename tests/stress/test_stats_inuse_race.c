@@ -24,7 +24,7 @@
 static struct sheaf_cache *cache;
 static atomic_int done;
 static atomic_uint phase; /* 2r: round r allocates and frees; 2r + 1: it shrinks */
-static unsigned live; /* objects the churning thread holds at most: 6 slabs and one */
+static unsigned live;     /* objects the churning thread holds at most: 6 slabs and one */
 
 static void *churn(void *arg)
 {

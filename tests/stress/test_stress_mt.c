@@ -9,7 +9,7 @@
 #include <sheaf_stats.h>
 
 #define NCACHES 3
-#define SLOTS 4096
+#define SLOTS   4096
 static struct sheaf_cache *caches[NCACHES];
 static const size_t sizes[NCACHES] = { 24, 200, 1500 };
 static _Atomic(uintptr_t) slots[SLOTS];
@@ -29,7 +29,8 @@ static void check_and_free(uint64_t *o)
 {
 	unsigned ci = (unsigned)(o[0] & 0xff);
 	uint64_t tag = o[0] >> 8;
-	if (ci >= NCACHES || o[1] != tag * 0x9E3779B97F4A7C15ull || (sizes[ci] >= 200 && o[(sizes[ci] / 8) - 1] != ~tag)) {
+	if (ci >= NCACHES || o[1] != tag * 0x9E3779B97F4A7C15ull ||
+	    (sizes[ci] >= 200 && o[(sizes[ci] / 8) - 1] != ~tag)) {
 		atomic_fetch_add(&bad, 1);
 		return;
 	}
@@ -55,7 +56,8 @@ static void *worker(void *arg)
 			break;
 		}
 		case 1: { /* prefilled sheaf */
-			struct sheaf_prefilled *s = sheaf_cache_prefill(caches[ci], 1 + (unsigned)(r % 50));
+			struct sheaf_prefilled *s =
+				sheaf_cache_prefill(caches[ci], 1 + (unsigned)(r % 50));
 			if (s) {
 				void *o = sheaf_cache_alloc_from(caches[ci], s);
 				if (o) {
@@ -107,7 +109,8 @@ static void test_stress(void)
 	for (int w = 0; w < waves; w++) { /* thread churn: each wave exits, a new one starts */
 		pthread_t t[nthreads];
 		for (int i = 0; i < nthreads; i++)
-			pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)(w * nthreads + i + 1));
+			pthread_create(&t[i], NULL, worker,
+				       (void *)(uintptr_t)(w * nthreads + i + 1));
 		for (int i = 0; i < nthreads; i++)
 			pthread_join(t[i], NULL);
 	}
@@ -127,10 +130,12 @@ static void test_stress(void)
 		sheaf_stats_get(c, &st);
 		CHECKF(st.objects_inuse == 0 && st.slabs == 0, "%s: inuse %llu slabs %llu", st.name,
 		       (unsigned long long)st.objects_inuse, (unsigned long long)st.slabs);
-		uint64_t allocs = st.events[SHEAF_STAT_ALLOC_FASTPATH] + st.events[SHEAF_STAT_ALLOC_SLOWPATH];
-		uint64_t frees = st.events[SHEAF_STAT_FREE_FASTPATH] + st.events[SHEAF_STAT_FREE_SLOWPATH];
-		CHECKF(allocs == frees, "%s: allocs %llu frees %llu", st.name, (unsigned long long)allocs,
-		       (unsigned long long)frees);
+		uint64_t allocs =
+			st.events[SHEAF_STAT_ALLOC_FASTPATH] + st.events[SHEAF_STAT_ALLOC_SLOWPATH];
+		uint64_t frees =
+			st.events[SHEAF_STAT_FREE_FASTPATH] + st.events[SHEAF_STAT_FREE_SLOWPATH];
+		CHECKF(allocs == frees, "%s: allocs %llu frees %llu", st.name,
+		       (unsigned long long)allocs, (unsigned long long)frees);
 		CHECK(st.events[SHEAF_STAT_ALLOC_SLAB] == st.events[SHEAF_STAT_FREE_SLAB]);
 		for (int n = 0; n < sheaf_g.nnodes; n++) {
 			CHECK(sheaf_slab_node_is_valid(c->node[n]));

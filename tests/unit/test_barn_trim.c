@@ -30,7 +30,10 @@ static void alloc_free(struct sheaf_cache *c, void **v, size_t n)
  * the first rounds no object comes from a slab any more. */
 static void test_batch_not_trimmed(void)
 {
-	enum { N = 10000, ROUNDS = 40 };
+	enum {
+		N = 10000,
+		ROUNDS = 40
+	};
 	struct sheaf_cache *c = sheaf_cache_create("trim-batch", 256, NULL);
 	REQUIRE(c);
 	void **v = calloc(N, sizeof(void *));
@@ -65,7 +68,9 @@ static void test_batch_not_trimmed(void)
  * The rest must go back, gradually. */
 static void test_unused_trimmed(void)
 {
-	enum { BURST = 20000 };
+	enum {
+		BURST = 20000
+	};
 	struct sheaf_cache *c = sheaf_cache_create("trim-idle", 256, NULL);
 	REQUIRE(c);
 	void **v = calloc(BURST, sizeof(void *));
@@ -83,7 +88,8 @@ static void test_unused_trimmed(void)
 	stats(c, &b);
 	printf("# unused: barn_full %llu -> %llu, %llu sheaves trimmed, slab bytes %llu -> %llu\n",
 	       (unsigned long long)a.barn_full, (unsigned long long)b.barn_full,
-	       (unsigned long long)(b.events[SHEAF_STAT_BARN_TRIM] - a.events[SHEAF_STAT_BARN_TRIM]),
+	       (unsigned long long)(b.events[SHEAF_STAT_BARN_TRIM] -
+				    a.events[SHEAF_STAT_BARN_TRIM]),
 	       (unsigned long long)a.bytes_from_os, (unsigned long long)b.bytes_from_os);
 	CHECK(a.barn_full >= 20);
 	CHECK(b.barn_full <= 6);

@@ -18,7 +18,9 @@ static void test_conservation(void)
 {
 	struct sheaf_cache *c = sheaf_cache_create("cons", 200, NULL);
 	REQUIRE(c);
-	enum { N = 50000 };
+	enum {
+		N = 50000
+	};
 	void **v = calloc(N, sizeof(void *));
 	uint64_t seed = 42;
 	size_t live = 0;
@@ -55,9 +57,11 @@ static void test_conservation(void)
 	CHECK(st.objects_inuse == 0);
 	CHECK(st.objects_cached == 0);
 	CHECK(st.events[SHEAF_STAT_ALLOC_SLAB] == st.events[SHEAF_STAT_FREE_SLAB]);
-	uint64_t allocs = st.events[SHEAF_STAT_ALLOC_FASTPATH] + st.events[SHEAF_STAT_ALLOC_SLOWPATH];
+	uint64_t allocs =
+		st.events[SHEAF_STAT_ALLOC_FASTPATH] + st.events[SHEAF_STAT_ALLOC_SLOWPATH];
 	uint64_t frees = st.events[SHEAF_STAT_FREE_FASTPATH] + st.events[SHEAF_STAT_FREE_SLOWPATH];
-	CHECKF(allocs == frees, "allocs %llu frees %llu", (unsigned long long)allocs, (unsigned long long)frees);
+	CHECKF(allocs == frees, "allocs %llu frees %llu", (unsigned long long)allocs,
+	       (unsigned long long)frees);
 	/* Objects in = objects out for the sheaf layer too. */
 	CHECK(st.events[SHEAF_STAT_SHEAF_REFILL] + st.events[SHEAF_STAT_FREE_FASTPATH] ==
 	      st.events[SHEAF_STAT_SHEAF_FLUSH] + st.events[SHEAF_STAT_ALLOC_FASTPATH]);
@@ -227,7 +231,8 @@ static void test_stats_output(void)
 	CHECK(strcmp(sheaf_stat_name(SHEAF_STAT_FREE_SLOWPATH), "FREE_SLOWPATH") == 0);
 	CHECK(sheaf_stat_name(SHEAF_STAT_NR) == NULL);
 	struct sheaf_stats small = { .size = 64 };
-	CHECK(sheaf_stats_get(c, &small) == 0 && small.size == 64 && small.version == SHEAF_STATS_VERSION);
+	CHECK(sheaf_stats_get(c, &small) == 0 && small.size == 64 &&
+	      small.version == SHEAF_STATS_VERSION);
 	struct sheaf_global_stats g = { .size = sizeof(g) };
 	CHECK(sheaf_global_stats_get(&g) == 0 && g.heap_reserved > 0 && g.caches >= 2);
 	sheaf_stats_reset(c);
@@ -265,7 +270,7 @@ static void test_thread_exit(void)
 		CHECK(st.objects_in_pcs + st.objects_in_barns == st.objects_inuse);
 	} else {
 		CHECK(st.objects_in_pcs == 0);
-		CHECK(st.barn_full >= 1);                   /* its sheaves went to the barn */
+		CHECK(st.barn_full >= 1);                       /* its sheaves went to the barn */
 		CHECK(st.objects_in_barns == st.objects_inuse); /* nothing lost */
 	}
 	sheaf_cache_destroy(tx_cache);

@@ -25,13 +25,14 @@ static void test_page_lookup(void)
 	int local;
 	void *heap = malloc(32);
 	CHECK(sheaf_cache_of(o) == c);
-	CHECK(sheaf_page_key(&local) == 0);        /* stack */
-	CHECK(sheaf_page_key(heap) == 0);          /* glibc heap */
+	CHECK(sheaf_page_key(&local) == 0); /* stack */
+	CHECK(sheaf_page_key(heap) == 0);   /* glibc heap */
 	CHECK(sheaf_page_key(NULL) == 0);
 	CHECK(sheaf_page_key((void *)-1) == 0);
 	CHECK(sheaf_page_key(sheaf_heap.pagemap) == 0); /* metadata lives outside the range */
 	CHECK(sheaf_page_key(sheaf_heap.desc) == 0);
-	CHECK(sheaf_page_key(sheaf_heap.base + sheaf_heap.size - 1) == 0); /* reserved, never used */
+	CHECK(sheaf_page_key(sheaf_heap.base + sheaf_heap.size - 1) ==
+	      0); /* reserved, never used */
 	CHECK(sheaf_page_slab(&local) == NULL);
 	struct sheaf_slab *s = sheaf_page_slab(o);
 	CHECK(s && s->pg_kind == SHEAF_PG_SLAB && s->sl_node->cache == c);
@@ -50,7 +51,8 @@ static void test_page_buddy(void)
 		unsigned order = (unsigned)(i % 4);
 		p[i] = sheaf_page_alloc(order, 0);
 		REQUIRE(p[i]);
-		CHECK((((uintptr_t)p[i] - (uintptr_t)sheaf_heap.base) & ((SHEAF_PAGE_SIZE << order) - 1)) == 0);
+		CHECK((((uintptr_t)p[i] - (uintptr_t)sheaf_heap.base) &
+		       ((SHEAF_PAGE_SIZE << order) - 1)) == 0);
 		memset(p[i], 0x5a, SHEAF_PAGE_SIZE << order);
 	}
 	for (int i = 0; i < 16; i++)
@@ -72,7 +74,9 @@ static void test_slab_layer(void)
 {
 	struct sheaf_cache *c = mk("slab", 96, 0, SHEAF_NO_SHEAVES);
 	struct sheaf_node *n = c->node[0];
-	enum { N = 1000 };
+	enum {
+		N = 1000
+	};
 	void **v = calloc(N, sizeof(void *));
 	unsigned got = sheaf_slab_refill(c, n, v, N, N);
 	CHECK(got == N);

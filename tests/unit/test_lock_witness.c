@@ -88,7 +88,8 @@ static void test_witness(void)
 		 * TSan's own detector would report it, rightly, so not under TSan. */
 		if (!SANITIZE_THREAD) {
 			th_run_child(wrong_order, NULL, &r);
-			CHECKF(r.exited && r.status == 0 && strstr(r.err, "took both"), "%s", r.err);
+			CHECKF(r.exited && r.status == 0 && strstr(r.err, "took both"), "%s",
+			       r.err);
 		}
 		printf("# not a witness build (SHEAF_DEBUG=%d): out-of-order checks skipped\n",
 		       SHEAF_DEBUG);
@@ -97,7 +98,8 @@ static void test_witness(void)
 	th_run_child(wrong_order, NULL, &r);
 	CHECKF(r.signaled && r.sig == SIGABRT, "out-of-order: signaled %d sig %d exited %d: %s",
 	       r.signaled, r.sig, r.exited, r.err);
-	CHECKF(strstr(r.err, "lock order violation") && strstr(r.err, "taking sheaf_reg.caches_lock") &&
+	CHECKF(strstr(r.err, "lock order violation") &&
+		       strstr(r.err, "taking sheaf_reg.caches_lock") &&
 		       strstr(r.err, "while holding sheaf_heap.lock"),
 	       "report names both locks: %s", r.err);
 	CHECK(!strstr(r.err, "took both"));

@@ -13,7 +13,6 @@
 #include "malloc/malloc.h"
 #include "malloc/sizeclass.h"
 
-
 static bool aligned(const void *p, size_t a)
 {
 	return ((uintptr_t)p & (a - 1)) == 0;
@@ -82,8 +81,12 @@ static void t_calloc(void)
 
 static void t_too_large(void)
 {
-	size_t bad[] = { SIZE_MAX, SIZE_MAX - 1, SIZE_MAX - 4096, (size_t)PTRDIFF_MAX + 1,
-			 (size_t)PTRDIFF_MAX, (size_t)1 << 62 };
+	size_t bad[] = { SIZE_MAX,
+			 SIZE_MAX - 1,
+			 SIZE_MAX - 4096,
+			 (size_t)PTRDIFF_MAX + 1,
+			 (size_t)PTRDIFF_MAX,
+			 (size_t)1 << 62 };
 	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		errno = 0;
 		CHECKF(sheaf_malloc(bad[i]) == NULL && errno == ENOMEM, "malloc(%zu)", bad[i]);
@@ -156,7 +159,9 @@ static void t_posix_memalign(void)
 static void t_every_alignment(void)
 {
 	for (size_t al = 1; al <= ((size_t)1 << 20); al <<= 1) {
-		size_t sizes[] = { 0, 1, 7, al / 2, al - 1, al, al + 1, 3 * al, 32768, 32769, 100000 };
+		size_t sizes[] = {
+			0, 1, 7, al / 2, al - 1, al, al + 1, 3 * al, 32768, 32769, 100000
+		};
 		void *keep[11][3];
 		for (unsigned i = 0; i < 11; i++) {
 			size_t n = sizes[i];
@@ -164,7 +169,8 @@ static void t_every_alignment(void)
 			CHECKF(a && aligned(a, al), "aligned_alloc(%zu, %zu) = %p", al, n, a);
 			void *b = NULL;
 			if (al >= sizeof(void *))
-				CHECK(sheaf_malloc_posix_memalign(&b, al, n) == 0 && aligned(b, al));
+				CHECK(sheaf_malloc_posix_memalign(&b, al, n) == 0 &&
+				      aligned(b, al));
 			void *c = sheaf_malloc_memalign(al, n);
 			CHECK(c && aligned(c, al));
 			CHECK(sheaf_usable_size(a) >= n && sheaf_usable_size(c) >= n);
@@ -221,8 +227,8 @@ static void t_realloc(void)
 	q = sheaf_realloc(p, 17);
 	CHECK(q == p && check_fill(q, 17) == 0);
 	/* Grow through every kind: classes, the largest class, extents. */
-	size_t path[] = { 17, 100, 1000, 4000, 32768, 32769, 200000, 5 << 20, 40 << 20, 6 << 20,
-			  100000, 40000, 20000, 1000, 10, 1 };
+	size_t path[] = { 17,       100,     1000,   4000,  32768, 32769, 200000, 5 << 20,
+			  40 << 20, 6 << 20, 100000, 40000, 20000, 1000,  10,     1 };
 	size_t cur = 17;
 	for (unsigned i = 1; i < sizeof(path) / sizeof(path[0]); i++) {
 		size_t n = path[i];
@@ -476,7 +482,9 @@ static void t_extent_cache(void)
 	/* ... and never beyond SHEAF_MALLOC_EXTENT_CACHE_MAX: 160 extents of 4 MiB (address
 	 * space; a page of each is written, by the cache's own links). */
 	sheaf_malloc_extent_cache_drain();
-	enum { NMAX = (SHEAF_MALLOC_EXTENT_CACHE_MAX >> 22) + 32 };
+	enum {
+		NMAX = (SHEAF_MALLOC_EXTENT_CACHE_MAX >> 22) + 32
+	};
 	static void *vmax[NMAX];
 	for (unsigned i = 0; i < NMAX; i++)
 		REQUIRE((vmax[i] = sheaf_malloc(4 << 20)) != NULL);
@@ -485,7 +493,8 @@ static void t_extent_cache(void)
 		sheaf_free(vmax[i]);
 	sheaf_malloc_counters_get(&c1);
 	sheaf_malloc_extent_cache_stat(&cnt, &bytes);
-	CHECK(bytes <= SHEAF_MALLOC_EXTENT_CACHE_MAX && bytes >= SHEAF_MALLOC_EXTENT_CACHE_MAX - (32u << 20));
+	CHECK(bytes <= SHEAF_MALLOC_EXTENT_CACHE_MAX &&
+	      bytes >= SHEAF_MALLOC_EXTENT_CACHE_MAX - (32u << 20));
 	CHECK(c1.extent_unmaps - c0.extent_unmaps >= 1);
 	/* With live extents, the bound grows with them (up to
 	 * SHEAF_MALLOC_EXTENT_CACHE_MAX): 100 MiB live, 80 MiB freed, all kept. */
@@ -527,7 +536,9 @@ static void t_extent_cache(void)
  * always answers with the right length. */
 static void t_extent_registry(void)
 {
-	enum { N = 3000 };
+	enum {
+		N = 3000
+	};
 	static char *v[N];
 	static size_t want[N];
 	uint64_t seed = 42;
@@ -568,7 +579,9 @@ static void t_extent_registry(void)
 /* malloc_trim gives memory back: RSS falls after a burst is freed. */
 static void t_trim(void)
 {
-	enum { N = 40000 };
+	enum {
+		N = 40000
+	};
 	static void *v[N];
 	size_t before = th_rss();
 	for (int i = 0; i < N; i++) {

@@ -42,7 +42,8 @@ static void t_small_fail_large_work(void)
 		got += sheaf_malloc(16) != NULL;
 	CHECK(got == 0);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	double ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / 1e5;
+	double ns =
+		((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / 1e5;
 	printf("# %.0f ns per failing malloc\n", ns);
 	CHECK(ns < 20000);
 }

@@ -13,7 +13,8 @@ static void t_lookup_is_smallest_fit(void)
 	int bad = 0;
 	for (size_t n = 0; n <= SHEAF_SC_MAX; n++) {
 		unsigned int i = sheaf_sc_index(n);
-		if (i >= SHEAF_SC_COUNT || sheaf_sc_size[i] < n || (i > 0 && sheaf_sc_size[i - 1] >= n)) {
+		if (i >= SHEAF_SC_COUNT || sheaf_sc_size[i] < n ||
+		    (i > 0 && sheaf_sc_size[i - 1] >= n)) {
 			if (bad++ < 5)
 				fprintf(stderr, "# n=%zu -> class %u\n", n, i);
 		}

@@ -14,7 +14,6 @@
 #include "malloc/malloc.h"
 #include "malloc/sizeclass.h"
 
-
 static atomic_int stop;
 
 /* Random sizes over every kind of block, with frees of the thread's own. */
@@ -37,8 +36,9 @@ static void *busy(void *arg)
 		default:
 			n = (r >> 12) % 512;
 		}
-		slot[k] = ((r >> 16) & 15) == 0 ? sheaf_aligned_alloc((size_t)1 << ((r >> 20) % 13), n)
-						: sheaf_malloc(n);
+		slot[k] = ((r >> 16) & 15) == 0 ?
+				  sheaf_aligned_alloc((size_t)1 << ((r >> 20) % 13), n) :
+				  sheaf_malloc(n);
 		if (slot[k] && n)
 			memset(slot[k], (int)k, n < 128 ? n : 128);
 	}
@@ -115,7 +115,7 @@ static void t_fork_with_busy_threads(void)
 /* ---- thread exit ---------------------------------------------------------------- */
 
 #define NPROD 6
-#define NOBJ 4000
+#define NOBJ  4000
 static void *objs[NPROD][NOBJ];
 
 static void *producer(void *arg)

@@ -136,8 +136,8 @@ static void test_typesafe_keeps_memory_under_reader(void)
 	free_all_and_shrink(c);
 	CHECKF(free_slabs(c) > f0, "no slab was discarded");
 	CHECK(sheaf_cache_of(p) == NULL); /* the slab is gone from Sheaf's page map */
-	usleep(50 * 1000);		  /* a grace period could have ended by now, if allowed */
-	sheaf_cache_shrink(c);		  /* and a purge would have taken the page */
+	usleep(50 * 1000);                /* a grace period could have ended by now, if allowed */
+	sheaf_cache_shrink(c);            /* and a purge would have taken the page */
 	CHECKF(resident(p) == 1, "page of a discarded TYPESAFE_BY_RCU slab purged under a reader");
 	atomic_store(&check_now, 1);
 	while (!atomic_load(&checked))

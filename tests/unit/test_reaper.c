@@ -30,7 +30,9 @@ static void sleep_ms(long ms)
  * and the slab memory is back with the OS. */
 static void test_idle_cache_returned(void)
 {
-	enum { N = 20000 };
+	enum {
+		N = 20000
+	};
 	struct sheaf_cache *c = sheaf_cache_create("reap-idle", 256, NULL);
 	REQUIRE(c);
 	CHECK(reaper_threads() == 1);
@@ -52,7 +54,9 @@ static void test_idle_cache_returned(void)
 		waited += 50;
 		stats(c, &b);
 	} while (waited < 5000 &&
-		 (b.objects_cached > (strcmp(sheaf_percpu_mode(), "percpu-rseq") == 0 ? 0 : 2 * b.sheaf_capacity) ||
+		 (b.objects_cached > (strcmp(sheaf_percpu_mode(), "percpu-rseq") == 0 ?
+					      0 :
+					      2 * b.sheaf_capacity) ||
 		  /* the round that took the objects back may still be giving the pages back */
 		  b.bytes_from_os > 2 * b.sheaf_capacity * b.slot_size + (64u << 10)));
 	printf("# idle: cached %llu -> %llu objects, slab bytes %llu -> %llu after %d ms, %lu rounds\n",
@@ -163,7 +167,9 @@ static void test_fork_child(void)
  * move; once the cache is idle, the reaper brings it back to the default. */
 static void test_capacity_adapts(void)
 {
-	enum { N = 20000 };
+	enum {
+		N = 20000
+	};
 	struct sheaf_cache *c = sheaf_cache_create("adapt", 64, NULL);
 	struct sheaf_cache_args fixed = { .sheaf_capacity = 30 };
 	struct sheaf_cache *f = sheaf_cache_create("adapt-fixed", 64, &fixed);
@@ -199,7 +205,8 @@ static void test_capacity_adapts(void)
 	       "operation %.0f\n",
 	       (unsigned long long)a.sheaf_capacity, (unsigned long long)b.sheaf_capacity, rounds,
 	       (unsigned long long)b.capacity_grows,
-	       (double)(b.barn_objects - a.barn_objects) / (double)(b.barn_locks - a.barn_locks + 1));
+	       (double)(b.barn_objects - a.barn_objects) /
+		       (double)(b.barn_locks - a.barn_locks + 1));
 	CHECK(a.sheaf_capacity == a.capacity_default && a.capacity_grows == 0);
 	CHECK(b.sheaf_capacity * b.slot_size <= (32u << 10)); /* the bound */
 	CHECK(fb.sheaf_capacity == 30 && fb.capacity_grows == 0);
