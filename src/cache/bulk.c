@@ -121,6 +121,12 @@ static inline void bulk_hand_out(struct sheaf_cache *c, void **objs, size_t n)
 			*(sheaf_mark_t *)((uintptr_t)objs[i] + 8) = 0;
 		return;
 	}
+	/* No mark (SHEAF_FREE_CHECKS=0) and no tool: nothing to do.  The loop below would
+	 * still test the mark kind for every object (it is reloaded after each store):
+	 * 12 instructions per object against 6 with the checks on (issue 18, callgrind,
+	 * bulk of 32). */
+	if (!c->free_mark && !SHEAF_TRACK_ENABLED)
+		return;
 	for (size_t i = 0; i < n; i++) {
 		sheaf_mark_clear(c, objs[i]);
 		sheaf_track_obj_alloc(c, objs[i]);

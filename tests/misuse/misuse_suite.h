@@ -280,6 +280,55 @@ static void do_df_bulk_run(void *p)
 	v[41] = p;
 	sheaf_cache_free_bulk(ms_a, 42, v);
 }
+/* Issue 18: the batch check takes four objects of one slab a round (percpu/fastpath.h),
+ * testing and writing their marks in order; a pointer given twice within one round, or
+ * across two, must be caught as well.  ms_grp: eight objects of the first bulk allocation
+ * of a new cache (one new slab), allocated by the parent; ms_grp[0] is the duplicate. */
+static struct sheaf_cache *ms_g;
+static void *ms_grp[8];
+static void ms_df_bulk_pattern(const int *idx)
+{
+	void *v[8];
+	for (int i = 0; i < 8; i++)
+		v[i] = ms_grp[idx[i]];
+	sheaf_cache_free_bulk(ms_g, 8, v);
+}
+static void do_df_bulk_d1(void *p)
+{
+	(void)p;
+	static const int idx[8] = { 0, 0, 1, 2, 3, 4, 5, 6 };
+	ms_df_bulk_pattern(idx);
+}
+static void do_df_bulk_d2(void *p)
+{
+	(void)p;
+	static const int idx[8] = { 1, 0, 2, 0, 3, 4, 5, 6 };
+	ms_df_bulk_pattern(idx);
+}
+static void do_df_bulk_d3(void *p)
+{
+	(void)p;
+	static const int idx[8] = { 0, 1, 2, 0, 3, 4, 5, 6 };
+	ms_df_bulk_pattern(idx);
+}
+static void do_df_bulk_cross(void *p)
+{
+	(void)p;
+	static const int idx[8] = { 1, 2, 3, 0, 0, 4, 5, 6 };
+	ms_df_bulk_pattern(idx);
+}
+static void test_double_free_bulk_rounds(void)
+{
+	ms_g = ms_new_cache("ms-g");
+	REQUIRE(sheaf_cache_alloc_bulk(ms_g, 8, ms_grp) == 8);
+	void *d = ms_grp[0];
+	ms_expect("free_bulk({a, a, ...})", do_df_bulk_d1, d, "double free", "ms-g", d);
+	ms_expect("free_bulk({b, a, c, a, ...})", do_df_bulk_d2, d, "double free", "ms-g", d);
+	ms_expect("free_bulk({a, b, c, a, ...})", do_df_bulk_d3, d, "double free", "ms-g", d);
+	ms_expect("free_bulk({b, c, d, a, a, ...})", do_df_bulk_cross, d, "double free", "ms-g", d);
+	sheaf_cache_free_bulk(ms_g, 8, ms_grp);
+	sheaf_cache_destroy(ms_g);
+}
 static void do_df_bulk_after_free(void *p)
 {
 	sheaf_cache_free(ms_a, p);
@@ -801,6 +850,7 @@ static int ms_main(void)
 	ms_b = ms_new_cache("ms-b");
 	RUN(test_interior);
 	RUN(test_double_free);
+	RUN(test_double_free_bulk_rounds);
 	RUN(test_no_false_report);
 	RUN(test_wrong_and_foreign);
 	RUN(test_handles);
