@@ -286,46 +286,31 @@ static void do_df_bulk_run(void *p)
  * of a new cache (one new slab), allocated by the parent; ms_grp[0] is the duplicate. */
 static struct sheaf_cache *ms_g;
 static void *ms_grp[8];
-static void ms_df_bulk_pattern(const int *idx)
+/* @arg: eight indexes into ms_grp, the order of the bulk free. */
+static void do_df_bulk_pattern(void *arg)
 {
+	const int *idx = arg;
 	void *v[8];
 	for (int i = 0; i < 8; i++)
 		v[i] = ms_grp[idx[i]];
 	sheaf_cache_free_bulk(ms_g, 8, v);
 }
-static void do_df_bulk_d1(void *p)
-{
-	(void)p;
-	static const int idx[8] = { 0, 0, 1, 2, 3, 4, 5, 6 };
-	ms_df_bulk_pattern(idx);
-}
-static void do_df_bulk_d2(void *p)
-{
-	(void)p;
-	static const int idx[8] = { 1, 0, 2, 0, 3, 4, 5, 6 };
-	ms_df_bulk_pattern(idx);
-}
-static void do_df_bulk_d3(void *p)
-{
-	(void)p;
-	static const int idx[8] = { 0, 1, 2, 0, 3, 4, 5, 6 };
-	ms_df_bulk_pattern(idx);
-}
-static void do_df_bulk_cross(void *p)
-{
-	(void)p;
-	static const int idx[8] = { 1, 2, 3, 0, 0, 4, 5, 6 };
-	ms_df_bulk_pattern(idx);
-}
 static void test_double_free_bulk_rounds(void)
 {
+	static const struct {
+		const char *what;
+		int idx[8];
+	} cases[] = {
+		{ "free_bulk({a, a, ...})", { 0, 0, 1, 2, 3, 4, 5, 6 } },
+		{ "free_bulk({b, a, c, a, ...})", { 1, 0, 2, 0, 3, 4, 5, 6 } },
+		{ "free_bulk({a, b, c, a, ...})", { 0, 1, 2, 0, 3, 4, 5, 6 } },
+		{ "free_bulk({b, c, d, a, a, ...})", { 1, 2, 3, 0, 0, 4, 5, 6 } }, /* two rounds */
+	};
 	ms_g = ms_new_cache("ms-g");
 	REQUIRE(sheaf_cache_alloc_bulk(ms_g, 8, ms_grp) == 8);
-	void *d = ms_grp[0];
-	ms_expect("free_bulk({a, a, ...})", do_df_bulk_d1, d, "double free", "ms-g", d);
-	ms_expect("free_bulk({b, a, c, a, ...})", do_df_bulk_d2, d, "double free", "ms-g", d);
-	ms_expect("free_bulk({a, b, c, a, ...})", do_df_bulk_d3, d, "double free", "ms-g", d);
-	ms_expect("free_bulk({b, c, d, a, a, ...})", do_df_bulk_cross, d, "double free", "ms-g", d);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		ms_expect(cases[i].what, do_df_bulk_pattern, (void *)cases[i].idx, "double free",
+			  "ms-g", ms_grp[0]);
 	sheaf_cache_free_bulk(ms_g, 8, ms_grp);
 	sheaf_cache_destroy(ms_g);
 }
