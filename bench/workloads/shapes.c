@@ -430,13 +430,113 @@ static const struct sh_shape sh_shapes[] = {
 #define SH_NSHAPES (sizeof(sh_shapes) / sizeof(sh_shapes[0]))
 #define SH_NALLOCS (sizeof(sh_allocs) / sizeof(sh_allocs[0]) - 1)
 
-static double sh_ratio(const struct bench_ctx *ctx, const char *shape, const char *topo,
+#define SH_ROUNDS_MAX 3
+#define SH_ROUND_WL   "shapes-round" /* the rounds' own records: not in the report's tables */
+
+static int sh_rounds(const struct bench_ctx *ctx)
+{
+	return ctx->quick ? 1 : SH_ROUNDS_MAX;
+}
+
+/* @a's figure in round @r of @shape (NAN if that child did not report it). */
+static double sh_round_value(const struct bench_ctx *ctx, const char *shape, int r,
+			     const char *series, const char *a)
+{
+	char v[48];
+
+	snprintf(v, sizeof(v), "%s/%d", shape, r);
+	return bench_headline(bench_find(ctx, SH_ROUND_WL, v, series, a));
+}
+
+/* @a against @b on @series: the median over the rounds of the ratio within each round
+ * (the two ran one after the other, so a slow phase of the host touches both). */
+static double sh_ratio(const struct bench_ctx *ctx, const char *shape, const char *series,
 		       const char *a, const char *b)
 {
-	double x = bench_headline(bench_find(ctx, "shapes", shape, topo, a));
-	double y = bench_headline(bench_find(ctx, "shapes", shape, topo, b));
+	double q[SH_ROUNDS_MAX];
+	int n = 0;
 
-	return isnan(x) || isnan(y) || y <= 0 ? NAN : x / y;
+	for (int r = 0; r < sh_rounds(ctx); r++) {
+		double x = sh_round_value(ctx, shape, r, series, a);
+		double y = sh_round_value(ctx, shape, r, series, b);
+
+		if (!isnan(x) && !isnan(y) && y > 0)
+			q[n++] = x / y;
+	}
+	if (!n)
+		return NAN;
+	for (int i = 1; i < n; i++) /* insertion sort: at most three */
+		for (int j = i; j > 0 && q[j] < q[j - 1]; j--) {
+			double t = q[j];
+			q[j] = q[j - 1];
+			q[j - 1] = t;
+		}
+	return n % 2 ? q[n / 2] : (q[n / 2 - 1] + q[n / 2]) / 2;
+}
+
+/* The rounds of @a on @shape as the workload's records: time (median of the rounds),
+ * peak (the highest, as one process's VmHWM over its runs was), faults (mean). */
+static void sh_combine(struct bench_ctx *ctx, const char *shape, const char *a)
+{
+	double t[SH_ROUNDS_MAX], peak = NAN, faults = 0;
+	int n = 0, nf = 0;
+	struct bench_stat st;
+
+	for (int r = 0; r < sh_rounds(ctx); r++) {
+		double x = sh_round_value(ctx, shape, r, "time", a);
+		double pk = sh_round_value(ctx, shape, r, "peak", a);
+		double f = sh_round_value(ctx, shape, r, "faults", a);
+
+		if (!isnan(x))
+			t[n++] = x;
+		if (!isnan(pk) && (isnan(peak) || pk > peak))
+			peak = pk;
+		if (!isnan(f)) {
+			faults += f;
+			nf++;
+		}
+	}
+	if (!n)
+		return;
+	bench_stat_compute(t, n, &st);
+	bench_record(ctx, "shapes", shape, "time", a, "ms", BH_MEDIAN, &st);
+	memset(&st, 0, sizeof(st));
+	st.n = 1;
+	if (!isnan(peak)) {
+		st.min = st.p10 = st.p25 = st.med = st.p75 = st.max = peak;
+		bench_record(ctx, "shapes", shape, "peak", a, "KiB", BH_VALUE, &st);
+	}
+	if (nf) {
+		st.min = st.p10 = st.p25 = st.med = st.p75 = st.max = faults / nf;
+		bench_record(ctx, "shapes", shape, "faults", a, "faults", BH_VALUE, &st);
+	}
+}
+
+/* Shape number @s: each contender in a fresh child process, one run per child, in
+ * rounds (every contender once a round, the order turned by one each round), so that
+ * the host's slow and fast phases fall on every contender alike; then the rounds
+ * combined. */
+static void sh_spawn_rounds(struct bench_ctx *ctx, size_t s)
+{
+	const char *shape = sh_shapes[s].name;
+
+	for (int r = 0; r < sh_rounds(ctx); r++) {
+		for (size_t i = 0; i < SH_NALLOCS; i++) {
+			const char *name = sh_allocs[(i + s + (size_t)r) % SH_NALLOCS];
+			const struct bench_alloc *a = bench_alloc_find(name);
+			char arg[128];
+
+			if (!a || !a->available || !(a->apis & BENCH_API_MALLOC) ||
+			    !bench_alloc_selected(ctx, a->name))
+				continue;
+			bench_progress(ctx, "shapes %s: %s, round %d of %d (child process)", shape,
+				       a->name, r + 1, sh_rounds(ctx));
+			snprintf(arg, sizeof(arg), "%s/%d:%s", shape, r, a->name);
+			bench_spawn_child(ctx, "shapes", arg, NULL);
+		}
+	}
+	for (size_t i = 0; i < SH_NALLOCS; i++)
+		sh_combine(ctx, shape, sh_allocs[i]);
 }
 
 static void sh_run(struct bench_ctx *ctx)
@@ -449,18 +549,7 @@ static void sh_run(struct bench_ctx *ctx)
 		char text[200];
 		double r;
 
-		for (size_t i = 0; i < SH_NALLOCS; i++) {
-			const char *name = sh_allocs[(i + s) % SH_NALLOCS];
-			const struct bench_alloc *a = bench_alloc_find(name);
-			char arg[128];
-
-			if (!a || !a->available || !(a->apis & BENCH_API_MALLOC) ||
-			    !bench_alloc_selected(ctx, a->name))
-				continue;
-			bench_progress(ctx, "shapes %s: %s (child process)", shape, a->name);
-			snprintf(arg, sizeof(arg), "%s:%s", shape, a->name);
-			bench_spawn_child(ctx, "shapes", arg, NULL);
-		}
+		sh_spawn_rounds(ctx, s);
 		r = sh_ratio(ctx, shape, "time", "sheaf-malloc", "mimalloc");
 		snprintf(text, sizeof(text), "shape %s: sheaf-malloc's time <= 1.0x mimalloc's",
 			 shape);
@@ -500,7 +589,7 @@ static void sh_run(struct bench_ctx *ctx)
 
 static int sh_child(struct bench_ctx *ctx, const char *arg)
 {
-	char sname[32];
+	char sname[32], rvariant[48];
 	const char *colon = strrchr(arg, ':');
 	const struct sh_shape *sh = NULL;
 	const struct bench_alloc *a;
@@ -510,11 +599,22 @@ static int sh_child(struct bench_ctx *ctx, const char *arg)
 	double ms[3];
 	long base, hwm;
 	char why[256];
+	/* "shape/R:alloc" (sh_spawn_rounds): one run of round R, recorded under SH_ROUND_WL
+	 * with the variant "shape/R"; "shape:alloc": three runs (one with --quick). */
+	const char *wl = "shapes", *variant = sname;
 
 	if (!colon || (size_t)(colon - arg) >= sizeof(sname))
 		return 2;
 	memcpy(sname, arg, (size_t)(colon - arg));
 	sname[colon - arg] = 0;
+	char *slash = strchr(sname, '/');
+	if (slash) {
+		snprintf(rvariant, sizeof(rvariant), "%s", sname);
+		*slash = 0;
+		reps = 1;
+		wl = SH_ROUND_WL;
+		variant = rvariant;
+	}
 	for (size_t i = 0; i < SH_NSHAPES; i++)
 		if (!strcmp(sh_shapes[i].name, sname))
 			sh = &sh_shapes[i];
@@ -549,16 +649,16 @@ static int sh_child(struct bench_ctx *ctx, const char *arg)
 	getrusage(RUSAGE_SELF, &ru1);
 	alarm(0);
 	bench_stat_compute(ms, reps, &st);
-	bench_record(ctx, "shapes", sname, "time", a->name, "ms", BH_MEDIAN, &st);
+	bench_record(ctx, wl, variant, "time", a->name, "ms", BH_MEDIAN, &st);
 	memset(&st, 0, sizeof(st));
 	st.n = 1;
 	st.min = st.p10 = st.p25 = st.med = st.p75 = st.max = (double)(hwm - base);
-	bench_record(ctx, "shapes", sname, "peak", a->name, "KiB", BH_VALUE, &st);
+	bench_record(ctx, wl, variant, "peak", a->name, "KiB", BH_VALUE, &st);
 	/* Minor page faults per run: a count, not a time, so valid on a busy machine
 	 * (the large shape's cost is mostly faults of memory given back and taken again). */
 	st.min = st.p10 = st.p25 = st.med = st.p75 = st.max =
 		(double)(ru1.ru_minflt - ru0.ru_minflt) / reps;
-	bench_record(ctx, "shapes", sname, "faults", a->name, "faults", BH_VALUE, &st);
+	bench_record(ctx, wl, variant, "faults", a->name, "faults", BH_VALUE, &st);
 	bench_pool_close(&p);
 	return 0;
 }
@@ -567,18 +667,19 @@ static const struct bench_workload wl_shapes = {
 	.name = "shapes",
 	.title = "7. Malloc program shapes: time and peak RSS",
 	.order = 60,
-	.about = "Five small programs of the shapes where Sheaf's malloc trailed in public "
-		 "allocator benchmarks, written for this project, each run in a fresh child "
-		 "process per allocator (three runs, median time; one with --quick). xmalloc: "
-		 "2 threads fill batches of 4096 x 64 B (each batch's pointer array 32,776 B) "
-		 "that 2 other threads free; large: 20 live blocks of 5-25 MiB, one replaced "
-		 "at a time, each zero-filled; thread: 2 threads replace random slots of a "
-		 "1024-slot array with 4 B-32 KiB blocks; simple: one thread allocates and "
-		 "frees batches of 1-1600 blocks of 16-128 B; larson: blocks freed by the "
-		 "next thread (new threads each round take over the previous round's "
-		 "arrays). Time in ms (median); peak = VmHWM above the RSS before the first "
-		 "run, KiB; faults = minor page faults per run (a count: valid on a busy "
-		 "machine).",
+	.about =
+		"Five small programs of the shapes where Sheaf's malloc trailed in public "
+		"allocator benchmarks, written for this project, each run in a fresh child "
+		"process per allocator and run, in three rounds (every allocator once a round; the median time, and targets on the median of the per-round ratios; one round with --quick). xmalloc: "
+		"2 threads fill batches of 4096 x 64 B (each batch's pointer array 32,776 B) "
+		"that 2 other threads free; large: 20 live blocks of 5-25 MiB, one replaced "
+		"at a time, each zero-filled; thread: 2 threads replace random slots of a "
+		"1024-slot array with 4 B-32 KiB blocks; simple: one thread allocates and "
+		"frees batches of 1-1600 blocks of 16-128 B; larson: blocks freed by the "
+		"next thread (new threads each round take over the previous round's "
+		"arrays). Time in ms (median); peak = VmHWM above the RSS before the first "
+		"run, KiB; faults = minor page faults per run (a count: valid on a busy "
+		"machine).",
 	.run = sh_run,
 	.child = sh_child,
 };
