@@ -65,6 +65,16 @@ static const struct bench_alloc *prev_alloc_of(const char *cur)
 	return NULL;
 }
 
+/* A workload of the suite?  The rounds that the shapes and xcpu workloads combine into
+ * their own records (shapes-round, xcpu-rounds) are not compared a second time. */
+static bool prev_workload_listed(const char *wl)
+{
+	for (int w = 0; w < bench_nworkloads; w++)
+		if (!strcmp(bench_workloads[w]->name, wl))
+			return true;
+	return false;
+}
+
 /* Fill @row for the record @cur when a previous-revision figure exists beside it. */
 static bool prev_row_get(const struct bench_ctx *ctx, const struct bench_result *cur,
 			 struct prev_row *row)
@@ -73,7 +83,7 @@ static bool prev_row_get(const struct bench_ctx *ctx, const struct bench_result 
 	char name[48];
 
 	memset(row, 0, sizeof(*row));
-	if (!pa || bench_is_prev_ratio(cur))
+	if (!pa || bench_is_prev_ratio(cur) || !prev_workload_listed(cur->workload))
 		return false;
 	row->cur = cur;
 	row->prev = bench_find(ctx, cur->workload, cur->variant, cur->topo, pa->name);
