@@ -463,15 +463,9 @@ static double sh_ratio(const struct bench_ctx *ctx, const char *shape, const cha
 		if (!isnan(x) && !isnan(y) && y > 0)
 			q[n++] = x / y;
 	}
-	if (!n)
-		return NAN;
-	for (int i = 1; i < n; i++) /* insertion sort: at most three */
-		for (int j = i; j > 0 && q[j] < q[j - 1]; j--) {
-			double t = q[j];
-			q[j] = q[j - 1];
-			q[j - 1] = t;
-		}
-	return n % 2 ? q[n / 2] : (q[n / 2 - 1] + q[n / 2]) / 2;
+	struct bench_stat st;
+	bench_stat_compute(q, n, &st); /* NAN when n is 0 */
+	return st.med;
 }
 
 /* The rounds of @a on @shape as the workload's records: time (median of the rounds),

@@ -328,15 +328,9 @@ static double xcpu_cmp_median(const struct bench_ctx *ctx, const char *variant, 
 			q[n++] = mem / one;
 	}
 	*n_out = n;
-	if (!n)
-		return NAN;
-	for (int i = 1; i < n; i++)
-		for (int j = i; j > 0 && q[j] < q[j - 1]; j--) {
-			double t = q[j];
-			q[j] = q[j - 1];
-			q[j - 1] = t;
-		}
-	return n % 2 ? q[n / 2] : (q[n / 2 - 1] + q[n / 2]) / 2;
+	struct bench_stat st;
+	bench_stat_compute(q, n, &st); /* NAN when n is 0 */
+	return st.med;
 }
 
 static void xcpu_cmp_targets(struct bench_ctx *ctx)
