@@ -145,30 +145,23 @@ static void fork_release_caches(bool child)
 	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 }
 
-/* Every lock of one kind, in cache-list order (caches_lock is held by the walk): barns
+/* Every lock of one rank, in cache-list order (caches_lock is held by the walk): barns
  * (a disabled one is still locked by the statistics), list locks of the ordinary or of
  * the metadata caches (the metadata caches' come later: they are allocated from under
  * the others), or prefilled-list locks. */
-enum walk_kind {
-	WK_BARN,
-	WK_LIST,
-	WK_META_LIST,
-	WK_PREFILLED
-};
-
-static void walk_locks(enum walk_kind kind, enum sheaf_lock_id id, bool take)
+static void walk_locks(enum sheaf_lock_id id, bool take)
 {
 	struct sheaf_list *pos;
 	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next) {
 		struct sheaf_cache *c = sheaf_container_of(pos, struct sheaf_cache, cache_list);
-		int n = kind == WK_PREFILLED ? 1 : sheaf_g.nnodes;
+		int n = id == SHEAF_LOCK_PREFILLED ? 1 : sheaf_g.nnodes;
 		for (int i = 0; i < n; i++) {
 			pthread_mutex_t *m = NULL;
-			if (kind == WK_BARN) /* a barn shared by a memoryless node: once */
+			if (id == SHEAF_LOCK_BARN) /* a barn shared by a memoryless node: once */
 				m = sheaf_barn_is_alias(c, i) ? NULL : &c->node[i]->barn->lock;
-			else if (kind == WK_PREFILLED)
+			else if (id == SHEAF_LOCK_PREFILLED)
 				m = &c->prefilled_lock;
-			else if (c->is_meta == (kind == WK_META_LIST))
+			else if (c->is_meta == (id == SHEAF_LOCK_META_LIST))
 				m = &c->node[i]->list_lock;
 			if (m && take)
 				sheaf_mutex_lock(m, id);
@@ -178,58 +171,34 @@ static void walk_locks(enum walk_kind kind, enum sheaf_lock_id id, bool take)
 	}
 }
 
-static void fork_take_barns(void)
-{
-	walk_locks(WK_BARN, SHEAF_LOCK_BARN, true);
-}
-static void fork_release_barns(bool child)
-{
-	(void)child;
-	walk_locks(WK_BARN, SHEAF_LOCK_BARN, false);
-}
-static void fork_take_lists(void)
-{
-	walk_locks(WK_LIST, SHEAF_LOCK_LIST, true);
-}
-static void fork_release_lists(bool child)
-{
-	(void)child;
-	walk_locks(WK_LIST, SHEAF_LOCK_LIST, false);
-}
-static void fork_take_prefilled(void)
-{
-	walk_locks(WK_PREFILLED, SHEAF_LOCK_PREFILLED, true);
-}
-static void fork_release_prefilled(bool child)
-{
-	(void)child;
-	walk_locks(WK_PREFILLED, SHEAF_LOCK_PREFILLED, false);
-}
-static void fork_take_meta(void)
-{
-	walk_locks(WK_META_LIST, SHEAF_LOCK_META_LIST, true);
-}
-static void fork_release_meta(bool child)
-{
-	(void)child;
-	walk_locks(WK_META_LIST, SHEAF_LOCK_META_LIST, false);
-}
+/* The fork handlers of one walked rank @id: take its locks, release them on either side. */
+#define FORK_WALK_OPS(name, id)                                                  \
+	static void fork_take_##name(void)                                       \
+	{                                                                        \
+		walk_locks(id, true);                                            \
+	}                                                                        \
+	static void fork_release_##name(bool child)                              \
+	{                                                                        \
+		(void)child;                                                     \
+		walk_locks(id, false);                                           \
+	}                                                                        \
+	static const struct sheaf_fork_ops fork_ops_##name = { fork_take_##name, \
+							       fork_release_##name }
+FORK_WALK_OPS(barns, SHEAF_LOCK_BARN);
+FORK_WALK_OPS(lists, SHEAF_LOCK_LIST);
+FORK_WALK_OPS(prefilled, SHEAF_LOCK_PREFILLED);
+FORK_WALK_OPS(meta, SHEAF_LOCK_META_LIST);
 
 static void fork_register_cache_ranks(void)
 {
 	static const struct sheaf_fork_ops init = { fork_take_init, fork_release_init };
 	static const struct sheaf_fork_ops caches = { fork_take_caches, fork_release_caches };
-	static const struct sheaf_fork_ops barns = { fork_take_barns, fork_release_barns };
-	static const struct sheaf_fork_ops lists = { fork_take_lists, fork_release_lists };
-	static const struct sheaf_fork_ops prefilled = { fork_take_prefilled,
-							 fork_release_prefilled };
-	static const struct sheaf_fork_ops meta = { fork_take_meta, fork_release_meta };
 	sheaf_fork_register(SHEAF_LOCK_INIT, &init);
 	sheaf_fork_register(SHEAF_LOCK_CACHES, &caches);
-	sheaf_fork_register(SHEAF_LOCK_BARN, &barns);
-	sheaf_fork_register(SHEAF_LOCK_LIST, &lists);
-	sheaf_fork_register(SHEAF_LOCK_PREFILLED, &prefilled);
-	sheaf_fork_register(SHEAF_LOCK_META_LIST, &meta);
+	sheaf_fork_register(SHEAF_LOCK_BARN, &fork_ops_barns);
+	sheaf_fork_register(SHEAF_LOCK_LIST, &fork_ops_lists);
+	sheaf_fork_register(SHEAF_LOCK_PREFILLED, &fork_ops_prefilled);
+	sheaf_fork_register(SHEAF_LOCK_META_LIST, &fork_ops_meta);
 }
 
 SHEAF_API const char *sheaf_percpu_mode(void)
