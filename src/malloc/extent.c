@@ -30,6 +30,19 @@
  * multi-threaded process is a TLB shootdown on every CPU it runs on. */
 #define XC_BINS 48u /* 4 page bins, then 4 per doubling from 16 KiB to 32 MiB */
 
+/* Smallest extents that are merged with neighbours they were never part of
+ * (separate mappings the kernel placed side by side).  Merging saves the pages
+ * of the smaller side from being faulted again, and costs, under the cache's
+ * lock, reads and relinks of the neighbours' headers, each on a page of its own
+ * that has usually left the CPU's caches.  Below this size the saving is small
+ * (64 pages at most) and the cost was not: in the malloc mix of sizes up to
+ * 64 KiB (docs/benchmarks.md, 2026-11-28 "Mix wide"), merging every freed
+ * extent made an operation 1.6-1.8x as slow as the earlier cache of whole
+ * extents.  The two sides of a split merge again whatever their size (a split
+ * extent becomes whole when its head comes back), so the address table keys
+ * an extent of at least this size or one that a split cut (xc_keyed). */
+#define XC_MERGE_MIN (256u << 10)
+
 size_t malloc_extent_len(size_t n)
 {
 	size_t len = round_up(n, PAGE);
@@ -58,6 +71,7 @@ struct xc_node {
 	size_t len;
 	uint64_t freed_ns;
 	unsigned int vmas; /* its kernel mappings, estimated (EXT_VMAS_*, XC_VMAS_MAX) */
+	bool keyed;        /* in the address table (xc_keyed) */
 };
 
 /* An entry of the cache's address table: a cached extent under its start
@@ -180,8 +194,39 @@ static void xc_unlink_locked(struct xc_node *x)
 	x->lru_next->lru_prev = x->lru_prev;
 	xc.count--;
 	xc.bytes -= x->len;
-	xc_tab_del_locked((uintptr_t)x);
-	xc_tab_del_locked(((uintptr_t)x + x->len) | 1u);
+	if (x->keyed) {
+		xc_tab_del_locked((uintptr_t)x);
+		xc_tab_del_locked(((uintptr_t)x + x->len) | 1u);
+	}
+}
+
+/* Whether a cached extent of @len bytes and mappings @vmas may ever be merged, and so
+ * needs keys in the address table: large enough (XC_MERGE_MIN), or a side of a split
+ * (the EXT_VMAS_*_SHARED marks of that cut). */
+static bool xc_keyed(size_t len, unsigned int vmas)
+{
+	return len >= XC_MERGE_MIN || (vmas & (EXT_VMAS_LO_SHARED | EXT_VMAS_HI_SHARED));
+}
+
+/* Whether the cached or freed extents @lo and @hi, @lo right before @hi, are merged:
+ * the two sides of a split cut, or both at least XC_MERGE_MIN. */
+static bool xc_mergeable(size_t lo_len, unsigned int lo_vmas, size_t hi_len, unsigned int hi_vmas)
+{
+	if ((lo_vmas & EXT_VMAS_HI_SHARED) && (hi_vmas & EXT_VMAS_LO_SHARED))
+		return true;
+	return lo_len >= XC_MERGE_MIN && hi_len >= XC_MERGE_MIN;
+}
+
+/* Give the newly cached @x its two keys (start, end | 1) if it may be merged
+ * (xc_keyed) and the table has room for them; without (no memory for a larger
+ * table) it is cached all the same, never merged. */
+static void xc_key_locked(struct xc_node *x)
+{
+	x->keyed = xc_keyed(x->len, x->vmas) && xc_tab_reserve_locked();
+	if (x->keyed) {
+		xc_tab_put_locked((uintptr_t)x, x);
+		xc_tab_put_locked(((uintptr_t)x + x->len) | 1u, x);
+	}
 }
 
 /* The cache's bound in bytes at @now: SHEAF_MALLOC_EXTENT_CACHE_BYTES, or as
@@ -361,8 +406,7 @@ static void xc_split_locked(struct xc_node *x, size_t keep)
 	xc_link_bin_locked(r);
 	xc.count++;
 	xc.bytes += r->len;
-	xc_tab_put_locked((uintptr_t)r, r);
-	xc_tab_put_locked(((uintptr_t)r + r->len) | 1u, r);
+	xc_key_locked(r);
 }
 
 /* Cached extents for a request of @need bytes that no single one holds, to
@@ -423,7 +467,11 @@ void malloc_extent_take(size_t need, size_t align, struct malloc_extent_pick *pk
 	if (need > SHEAF_MALLOC_EXTENT_CACHE_ONE)
 		return;
 	struct xc_node *found = NULL;
-	unsigned int b = xc_bin_floor(need);
+	/* A request under XC_MERGE_MIN starts at the bin of its own size step, where
+	 * every extent fits: the bin of need's floor holds mostly extents of the step
+	 * below (fresh mappings' lengths, never merged at that size), whose cold
+	 * headers the search would read in vain. */
+	unsigned int b = need < XC_MERGE_MIN ? xc_bin(malloc_extent_len(need)) : xc_bin_floor(need);
 	uint64_t now = now_ns();
 	sheaf_mutex_lock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 	xc_init_locked();
@@ -462,7 +510,8 @@ void malloc_extent_take(size_t need, size_t align, struct malloc_extent_pick *pk
 static struct xc_node *xc_merge_locked(struct xc_node *x, size_t *len, unsigned int *vmas)
 {
 	struct xc_key *k = xc_tab_find_locked(((uintptr_t)x + *len));
-	if (k && *len + k->node->len <= SHEAF_MALLOC_EXTENT_CACHE_ONE &&
+	if (k && xc_mergeable(*len, *vmas, k->node->len, k->node->vmas) &&
+	    *len + k->node->len <= SHEAF_MALLOC_EXTENT_CACHE_ONE &&
 	    vmas_count(vmas_join(*vmas, k->node->vmas)) <= XC_VMAS_MAX) {
 		struct xc_node *next = k->node;
 		xc_unlink_locked(next);
@@ -471,7 +520,8 @@ static struct xc_node *xc_merge_locked(struct xc_node *x, size_t *len, unsigned 
 		CTR_INC(extent_merges);
 	}
 	k = xc_tab_find_locked((uintptr_t)x | 1u);
-	if (k && *len + k->node->len <= SHEAF_MALLOC_EXTENT_CACHE_ONE &&
+	if (k && xc_mergeable(k->node->len, k->node->vmas, *len, *vmas) &&
+	    *len + k->node->len <= SHEAF_MALLOC_EXTENT_CACHE_ONE &&
 	    vmas_count(vmas_join(k->node->vmas, *vmas)) <= XC_VMAS_MAX) {
 		struct xc_node *prev = k->node;
 		xc_unlink_locked(prev);
@@ -506,12 +556,8 @@ void malloc_extent_free(void *p, size_t len, unsigned int vmas)
 	struct xc_node *x = p;
 	sheaf_mutex_lock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 	xc_init_locked();
-	if (!xc_tab_reserve_locked()) {
-		sheaf_mutex_unlock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
-		malloc_extent_unmap(p, len);
-		return;
-	}
-	x = xc_merge_locked(x, &len, &vmas);
+	if (xc_keyed(len, vmas))
+		x = xc_merge_locked(x, &len, &vmas);
 	x->len = len;
 	x->vmas = vmas;
 	x->freed_ns = now;
@@ -523,8 +569,7 @@ void malloc_extent_free(void *p, size_t len, unsigned int vmas)
 	xc.lru.lru_next = x;
 	xc.count++;
 	xc.bytes += len;
-	xc_tab_put_locked((uintptr_t)x, x);
-	xc_tab_put_locked(((uintptr_t)x + len) | 1u, x);
+	xc_key_locked(x);
 	sheaf_mutex_unlock(&xc.lock, SHEAF_LOCK_MALLOC_EXTENTS);
 	xc_unmap(victims);
 }

@@ -532,6 +532,36 @@ static void t_extent_cache(void)
 	sheaf_malloc_extent_cache_drain();
 }
 
+/* Freed extents under 256 KiB from separate mappings are cached whole, never merged
+ * (extent.c XC_MERGE_MIN), wherever the kernel placed them; and a request takes one of
+ * its own size step.  Mappings made one after the other usually lie side by side, so
+ * merging would show here. */
+static void t_extent_small_whole(void)
+{
+	enum {
+		N = 32
+	};
+	static void *v[N];
+	struct sheaf_malloc_counters c0, c1;
+	size_t cnt, bytes;
+	sheaf_malloc_extent_cache_drain();
+	for (int i = 0; i < N; i++)
+		REQUIRE((v[i] = sheaf_malloc(40000)) != NULL); /* 40 KiB step */
+	sheaf_malloc_counters_get(&c0);
+	for (int i = 0; i < N; i++)
+		sheaf_free(v[i]);
+	sheaf_malloc_counters_get(&c1);
+	sheaf_malloc_extent_cache_stat(&cnt, &bytes);
+	CHECK(c1.extent_merges == c0.extent_merges);
+	CHECKF(cnt == N && bytes == N * 40960u, "cnt %zu bytes %zu", cnt, bytes);
+	/* 36 KiB of request: the 40 KiB step, reused whole (no 4 KiB tail). */
+	void *p = sheaf_malloc(36 * 1024 + 1);
+	sheaf_malloc_counters_get(&c0);
+	CHECK(c0.extent_reuses - c1.extent_reuses == 1 && sheaf_usable_size(p) == 40960);
+	sheaf_free(p);
+	sheaf_malloc_extent_cache_drain();
+}
+
 /* Thousands of live extents: the registry grows, reuses tombstones, and
  * always answers with the right length. */
 static void t_extent_registry(void)
@@ -667,6 +697,7 @@ int main(void)
 	RUN(t_realloc_shrink_enomem);
 	RUN(t_misuse_reported);
 	RUN(t_extent_cache);
+	RUN(t_extent_small_whole);
 	RUN(t_extent_cache_rlimit);
 	RUN(t_extent_registry);
 	RUN(t_trim);
