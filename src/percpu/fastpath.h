@@ -113,6 +113,20 @@ miss:
 	return false;
 }
 
+/* Push @obj on the calling CPU's main of @c, looking its key up inside the sequence
+ * (the page map, bounded by sheaf_page_fast_limit): a cache without free checks. */
+sheaf_fast_inline bool sheaf_cpu_push(struct sheaf_cache *c, void *obj)
+{
+#if SHEAF_HAVE_RSEQ
+	SHEAF_RSEQ_PUSH(c, obj, miss);
+	return true;
+miss:
+#endif
+	(void)c;
+	(void)obj;
+	return false;
+}
+
 /* The same, looking the key up itself (the page map, bounded by sheaf_page_fast_limit). */
 sheaf_fast_inline bool sheaf_cpu_push_mark(struct sheaf_cache *c, void *obj)
 {
@@ -194,6 +208,13 @@ sheaf_fast_inline bool sheaf_cpu_free(struct sheaf_cache *c, void *obj)
 		       sheaf_cpu_push_mark(c, obj);
 	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1) && !SHEAF_TRACK_ENABLED)
 		return sheaf_likely(sheaf_obj_is_start(c, obj)) && sheaf_cpu_push_mark(c, obj);
+	/* The checks turned off (SHEAF_FREE_CHECKS=0): nothing of the object is read, so
+	 * its key need not be known before the sequence, whose one compare of the key with
+	 * main's still sends a foreign pointer to the slow path.  Looking the key up first
+	 * (the general case below: page map, then the node's cache) made the unchecked
+	 * free 1.3x as slow as the checked one (docs/benchmarks.md, 2026-11-28). */
+	if (!c->free_checks && !SHEAF_TRACK_ENABLED)
+		return sheaf_cpu_push(c, obj);
 	uintptr_t key = sheaf_cpu_key_of(c, obj);
 	if (sheaf_unlikely(!key))
 		return false;

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/* With the free checks off (SHEAF_FREE_CHECKS=0, this test's .env) the free fast path
+ * reads nothing of the object and looks its page up inside the restartable sequence
+ * (percpu/fastpath.h sheaf_cpu_free): a foreign pointer and another cache's object must
+ * still miss there and be reported by the slow path, in one line naming cache and
+ * address, as with the checks on (test_errors.c). */
+#include "harness.h"
+#include "base/base.h"
+
+#include <sheaf.h>
+#include <stdlib.h>
+
+static struct sheaf_cache *ca, *cb;
+
+static void expect_abort(void (*fn)(void *), const char *what, const char *must)
+{
+	struct th_child r;
+	th_run_child(fn, NULL, &r);
+	CHECKF(r.signaled && r.sig == SIGABRT, "%s: child did not abort (exit %d sig %d)", what,
+	       r.status, r.sig);
+	CHECKF(strstr(r.err, "cache 'nochk-a'") != NULL, "%s: no cache name in: %s", what, r.err);
+	CHECKF(strstr(r.err, must) != NULL, "%s: expected '%s' in: %s", what, must, r.err);
+}
+
+static void do_foreign(void *a)
+{
+	(void)a;
+	static char buf[128];
+	sheaf_cache_free(ca, sheaf_cache_alloc(ca)); /* the fast path is warm */
+	sheaf_cache_free(ca, buf + 64);
+}
+
+static void do_wrong_cache(void *a)
+{
+	(void)a;
+	sheaf_cache_free(ca, sheaf_cache_alloc(ca));
+	sheaf_cache_free(ca, sheaf_cache_alloc(cb));
+}
+
+static void test_nochecks_reported(void)
+{
+	REQUIRE(sheaf_option_long(SHEAF_OPT_FREE_CHECKS) == 0);
+	expect_abort(do_foreign, "foreign pointer", "did not allocate");
+	expect_abort(do_wrong_cache, "wrong cache", "wrong cache");
+}
+
+static int ptr_cmp(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* The unchecked fast path still frees and reuses: no object is handed out twice while
+ * live, over rounds that go through the sheaves, the barn and the slabs. */
+static void test_nochecks_roundtrip(void)
+{
+	enum {
+		N = 1000
+	};
+	static void *v[N];
+	for (int round = 0; round < 50; round++) {
+		for (int i = 0; i < N; i++)
+			REQUIRE((v[i] = sheaf_cache_alloc(ca)) != NULL);
+		for (int i = 0; i < N; i++)
+			sheaf_cache_free(ca, v[i]);
+		qsort(v, N, sizeof(v[0]), ptr_cmp);
+		for (int i = 1; i < N; i++)
+			CHECKF(v[i] != v[i - 1], "round %d: %p handed out twice", round, v[i]);
+	}
+}
+
+int main(void)
+{
+	ca = sheaf_cache_create("nochk-a", 64, NULL);
+	cb = sheaf_cache_create("nochk-b", 64, NULL);
+	REQUIRE(ca && cb);
+	RUN(test_nochecks_reported);
+	RUN(test_nochecks_roundtrip);
+	return th_done();
+}
