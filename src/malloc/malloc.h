@@ -169,7 +169,7 @@ sheaf_fast_inline void sheaf_free_inline(void *p)
 				 * mark in the object; the sequence tests and writes the mark
 				 * (slab/freecheck.h, fastpath.h). */
 				if (sheaf_likely(!((uintptr_t)p & n->malloc_p2_mask))) {
-					if (sheaf_likely(sheaf_cpu_push_key_mark(fc, p, k)) ||
+					if (sheaf_likely(sheaf_cpu_push_key(fc, p, k, true)) ||
 					    sheaf_likely(sheaf_thread_push_gated(fc, p, k, true)))
 						return;
 					goto slow_free;
@@ -182,10 +182,10 @@ sheaf_fast_inline void sheaf_free_inline(void *p)
 					goto slow_free;
 				if (fc->free_mark == SHEAF_MARK_WORD1) {
 					if (sheaf_likely(sheaf_obj_is_start(fc, p)) &&
-					    sheaf_likely(sheaf_cpu_push_key_mark(fc, p, k)))
+					    sheaf_likely(sheaf_cpu_push_key(fc, p, k, true)))
 						return;
 				} else if (!fc->free_checks &&
-					   sheaf_likely(sheaf_cpu_push_key(fc, p, k))) {
+					   sheaf_likely(sheaf_cpu_push_key(fc, p, k, false))) {
 					return;
 				}
 				if (sheaf_likely(sheaf_thread_push_gated(fc, p, k, false)))

@@ -84,59 +84,43 @@ miss:
 }
 
 /* Push @obj, whose page-map key the caller looked up (@key), on the calling CPU's main
- * of @c: the key must be the main's (this cache, this node, not the sentinel). */
-sheaf_fast_inline bool sheaf_cpu_push_key(struct sheaf_cache *c, void *obj, uintptr_t key)
+ * of @c: the key must be the main's (this cache, this node, not the sentinel).  With
+ * @mark (a constant where this is inlined) the sequence also tests and writes the free
+ * mark of a SHEAF_MARK_WORD1 cache (rseq.h SHEAF_RSEQ_PUSH_SEQ_MARK). */
+sheaf_fast_inline bool sheaf_cpu_push_key(struct sheaf_cache *c, void *obj, uintptr_t key,
+					  bool mark)
 {
 #if SHEAF_HAVE_RSEQ
-	SHEAF_RSEQ_PUSH_KEY(c, obj, key, miss);
+	if (mark)
+		SHEAF_RSEQ_PUSH_KEY_MARK(c, obj, key, miss);
+	else
+		SHEAF_RSEQ_PUSH_KEY(c, obj, key, miss);
 	return true;
 miss:
 #endif
 	(void)c;
 	(void)obj;
 	(void)key;
+	(void)mark;
 	return false;
 }
 
-/* The same, testing and writing the free mark of a SHEAF_MARK_WORD1 cache inside the
- * sequence (rseq.h SHEAF_RSEQ_PUSH_SEQ_MARK). */
-sheaf_fast_inline bool sheaf_cpu_push_key_mark(struct sheaf_cache *c, void *obj, uintptr_t key)
+/* The same, looking the key up inside the sequence (the page map, bounded by
+ * sheaf_page_fast_limit), with the free mark of a SHEAF_MARK_WORD1 cache when @mark
+ * (a constant where this is inlined), without for a cache whose checks are off. */
+sheaf_fast_inline bool sheaf_cpu_push(struct sheaf_cache *c, void *obj, bool mark)
 {
 #if SHEAF_HAVE_RSEQ
-	SHEAF_RSEQ_PUSH_KEY_MARK(c, obj, key, miss);
+	if (mark)
+		SHEAF_RSEQ_PUSH_MARK(c, obj, miss);
+	else
+		SHEAF_RSEQ_PUSH(c, obj, miss);
 	return true;
 miss:
 #endif
 	(void)c;
 	(void)obj;
-	(void)key;
-	return false;
-}
-
-/* Push @obj on the calling CPU's main of @c, looking its key up inside the sequence
- * (the page map, bounded by sheaf_page_fast_limit): a cache without free checks. */
-sheaf_fast_inline bool sheaf_cpu_push(struct sheaf_cache *c, void *obj)
-{
-#if SHEAF_HAVE_RSEQ
-	SHEAF_RSEQ_PUSH(c, obj, miss);
-	return true;
-miss:
-#endif
-	(void)c;
-	(void)obj;
-	return false;
-}
-
-/* The same, looking the key up itself (the page map, bounded by sheaf_page_fast_limit). */
-sheaf_fast_inline bool sheaf_cpu_push_mark(struct sheaf_cache *c, void *obj)
-{
-#if SHEAF_HAVE_RSEQ
-	SHEAF_RSEQ_PUSH_MARK(c, obj, miss);
-	return true;
-miss:
-#endif
-	(void)c;
-	(void)obj;
+	(void)mark;
 	return false;
 }
 
@@ -166,7 +150,7 @@ sheaf_fast_inline bool sheaf_cpu_free_tracked(struct sheaf_cache *c, void *obj, 
 		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
 		return true;
 	}
-	if (sheaf_likely(sheaf_cpu_push_key(c, obj, key)))
+	if (sheaf_likely(sheaf_cpu_push_key(c, obj, key, false)))
 		return true;
 	/* The contents stay as they were: defined (the slow path reads sheaf metadata
 	 * objects, and the hook reads the object). */
@@ -187,7 +171,7 @@ sheaf_fast_inline bool sheaf_cpu_free_mark_at(struct sheaf_cache *c, void *obj, 
 	if (sheaf_unlikely(old == sheaf_free_key))
 		return false;
 	*mk = sheaf_free_key;
-	if (sheaf_likely(sheaf_cpu_push_key(c, obj, key)))
+	if (sheaf_likely(sheaf_cpu_push_key(c, obj, key, false)))
 		return true;
 	*mk = old;
 	return false;
@@ -205,16 +189,16 @@ sheaf_fast_inline bool sheaf_cpu_free(struct sheaf_cache *c, void *obj)
 	 * slot size: the reciprocal multiply (slab/freecheck.h). */
 	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1_P2) && !SHEAF_TRACK_ENABLED)
 		return sheaf_likely(!((uintptr_t)obj & c->start_mask)) &&
-		       sheaf_cpu_push_mark(c, obj);
+		       sheaf_cpu_push(c, obj, true);
 	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1) && !SHEAF_TRACK_ENABLED)
-		return sheaf_likely(sheaf_obj_is_start(c, obj)) && sheaf_cpu_push_mark(c, obj);
+		return sheaf_likely(sheaf_obj_is_start(c, obj)) && sheaf_cpu_push(c, obj, true);
 	/* The checks turned off (SHEAF_FREE_CHECKS=0): nothing of the object is read, so
 	 * its key need not be known before the sequence, whose one compare of the key with
 	 * main's still sends a foreign pointer to the slow path.  Looking the key up first
 	 * (the general case below: page map, then the node's cache) made the unchecked
 	 * free 1.3x as slow as the checked one (docs/benchmarks.md, 2026-11-28). */
 	if (!c->free_checks && !SHEAF_TRACK_ENABLED)
-		return sheaf_cpu_push(c, obj);
+		return sheaf_cpu_push(c, obj, false);
 	uintptr_t key = sheaf_cpu_key_of(c, obj);
 	if (sheaf_unlikely(!key))
 		return false;
@@ -224,7 +208,7 @@ sheaf_fast_inline bool sheaf_cpu_free(struct sheaf_cache *c, void *obj)
 		return sheaf_cpu_free_mark_at(c, obj, key);
 	if (c->free_checks && sheaf_unlikely(!sheaf_obj_is_start(c, obj)))
 		return false;
-	return sheaf_cpu_push_key(c, obj, key);
+	return sheaf_cpu_push_key(c, obj, key, false);
 }
 
 /* ---- The calling thread's main sheaf, per-thread mode -------------------------------- */
