@@ -540,8 +540,9 @@ void malloc_extent_unmap(void *p, size_t len)
 }
 
 /* Keep a freed extent for reuse, merged with the cached extents right
- * before and after it (a split extent becomes whole again when its head
- * comes back), giving back the oldest ones (or any idle for the delay) to
+ * before and after it where xc_mergeable allows (a split extent becomes
+ * whole again when its head comes back; separate mappings only from
+ * XC_MERGE_MIN), giving back the oldest ones (or any idle for the delay) to
  * stay within the byte bound. */
 void malloc_extent_free(void *p, size_t len, unsigned int vmas)
 {
