@@ -98,16 +98,28 @@ bool cache_capacity_ok(const struct sheaf_cache *c, size_t n)
 /* Adaptive capacity (docs/design.md, D2): a cache whose CPUs exchange sheaves with the
  * barn at a high rate gets larger sheaves, in steps of about twice (rounded like the
  * default), at most SHEAF_ADAPT_STEPS - 1 steps up, never beyond
- * SHEAF_ADAPT_SHEAF_BYTES of objects per sheaf nor the largest metadata class; it
- * steps back when the rate falls, and to the default when the reaper finds it idle.
+ * SHEAF_ADAPT_SHEAF_BYTES of objects per sheaf (or SHEAF_ADAPT_MIN_OBJS objects, up to
+ * SHEAF_ADAPT_SHEAF_BYTES_MAX bytes, where that is more: objects of 512 B to 1 KiB) nor
+ * the largest metadata class; it steps back when the rate falls, and to the default when
+ * the reaper finds it idle.  The object floor is for the producer/consumer bursts of
+ * larger objects: with 32 KiB a 1 KiB cache's sheaf held 41, and a burst of 64 cost
+ * two barn exchanges a side; up to 128 made burst64/1024 0.75-0.78x as long in the same
+ * process (docs/benchmarks.md, 2026-11-28 (second session)), while caches of up to 256 B
+ * keep 32 KiB, and bigger objects 128 KiB, so that sheaves of 32 KiB blocks stay small
+ * (a 128-object floor without the cap took the thread shape's peak RSS up by a third).
  * Only caches on Sheaf's default capacity adapt: a capacity given at creation, by
  * SHEAF_SHEAF_CAPACITY or by sheaf_cache_set_capacity stays as given, and so do
  * kernel-compatible caches (the kernel's is fixed, K§3). */
-#define SHEAF_ADAPT_STEPS       3u
-#define SHEAF_ADAPT_SHEAF_BYTES (32u << 10)
+#define SHEAF_ADAPT_STEPS           3u
+#define SHEAF_ADAPT_SHEAF_BYTES     (32u << 10)
+#define SHEAF_ADAPT_MIN_OBJS        128u
+#define SHEAF_ADAPT_SHEAF_BYTES_MAX (128u << 10)
 
 static void capacity_ladder_init(struct sheaf_cache *c, uint32_t cap, bool adaptive)
 {
+	size_t bound = SHEAF_MIN((size_t)SHEAF_ADAPT_MIN_OBJS * c->slot_size,
+				 (size_t)SHEAF_ADAPT_SHEAF_BYTES_MAX);
+	bound = SHEAF_MAX(bound, (size_t)SHEAF_ADAPT_SHEAF_BYTES);
 	c->capacity_ladder[0] = cap;
 	c->capacity_steps = 1;
 	for (unsigned i = 1;
@@ -115,7 +127,7 @@ static void capacity_ladder_init(struct sheaf_cache *c, uint32_t cap, bool adapt
 		uint32_t next = round_capacity(2 * c->capacity_ladder[i - 1]);
 		size_t meta = SHEAF_SHEAF_HDR + (size_t)next * sizeof(void *);
 		if (next <= c->capacity_ladder[i - 1] || next > SHEAF_MAX_SHEAF_CAPACITY ||
-		    meta > 4096 || (size_t)next * c->slot_size > SHEAF_ADAPT_SHEAF_BYTES)
+		    meta > 4096 || (size_t)next * c->slot_size > bound)
 			break;
 		c->capacity_ladder[c->capacity_steps++] = next;
 	}
