@@ -99,14 +99,15 @@ bool cache_capacity_ok(const struct sheaf_cache *c, size_t n)
  * barn at a high rate gets larger sheaves, in steps of about twice (rounded like the
  * default), at most SHEAF_ADAPT_STEPS - 1 steps up, never beyond
  * SHEAF_ADAPT_SHEAF_BYTES of objects per sheaf (or SHEAF_ADAPT_MIN_OBJS objects, up to
- * SHEAF_ADAPT_SHEAF_BYTES_MAX bytes, where that is more: objects of 512 B to 1 KiB) nor
- * the largest metadata class; it steps back when the rate falls, and to the default when
- * the reaper finds it idle.  The object floor is for the producer/consumer bursts of
- * larger objects: with 32 KiB a 1 KiB cache's sheaf held 41, and a burst of 64 cost
- * two barn exchanges a side; up to 128 made burst64/1024 0.75-0.78x as long in the same
- * process (docs/benchmarks.md, 2026-11-28 (second session)), while caches of up to 256 B
- * keep 32 KiB, and bigger objects 128 KiB, so that sheaves of 32 KiB blocks stay small
- * (a 128-object floor without the cap took the thread shape's peak RSS up by a third).
+ * SHEAF_ADAPT_SHEAF_BYTES_MAX bytes, where that is more) nor the largest metadata class;
+ * it steps back when the rate falls, and to the default when the reaper finds it idle.
+ * The object floor is for producer/consumer bursts of larger objects: with 32 KiB alone a
+ * 1 KiB cache's sheaf stayed at its default 41, and a burst of 64 cost two barn
+ * exchanges a side.  With the floor it may step to 89 (2 KiB: 25 -> 57, 4 KiB: 9 -> 25),
+ * which made burst64/1024 0.75-0.78x as long in the same process (docs/benchmarks.md,
+ * 2026-11-28 (second session)).  Caches of up to 512 B are where they were, and the
+ * 128 KiB cap keeps sheaves of big blocks small (the floor without it took the thread
+ * shape's peak RSS up by a third).
  * Only caches on Sheaf's default capacity adapt: a capacity given at creation, by
  * SHEAF_SHEAF_CAPACITY or by sheaf_cache_set_capacity stays as given, and so do
  * kernel-compatible caches (the kernel's is fixed, K§3). */
