@@ -206,7 +206,8 @@ sheaf_fast_inline bool sheaf_cpu_free(struct sheaf_cache *c, void *obj)
 		return sheaf_cpu_free_tracked(c, obj, key);
 	if (c->free_mark)
 		return sheaf_cpu_free_mark_at(c, obj, key);
-	if (c->free_checks && sheaf_unlikely(!sheaf_obj_is_start(c, obj)))
+	/* A checked cache without a mark (the unchecked ones left above). */
+	if (sheaf_unlikely(!sheaf_obj_is_start(c, obj)))
 		return false;
 	return sheaf_cpu_push_key(c, obj, key, false);
 }
