@@ -29,6 +29,16 @@
 # 38.  SHEAF_FREE_CHECKS=0 runs the same code without the mark and the object-start test
 # (bench contender sheaf-nochecks, docs/benchmarks.md).
 #
+# Since 2026-11-28 (third session) each sequence finds the CPU's main through a shift of
+# the CPU number (rseq.h SHEAF_RSEQ_LOAD_MAIN), each CPU's entry of mainv being a cache
+# line of its own (docs/percpu.md "One line per CPU"): one instruction more on every
+# path.  The same change tests the cache's kind of mark and the object start as one
+# instruction each with the field in memory (config.h sheaf_u8_any, sheaf_u8_is,
+# sheaf_and_zero: testb/cmpb/test, where the compiler had loaded the field first), one
+# fewer for sheaf_cache_alloc and sheaf_free and two fewer for sheaf_cache_free.  Golden
+# 18 / 31 / 22 / 31 (was 18 / 32 / 21 / 31); the breakdowns below are as they were
+# before that.
+#
 # The malloc front end's sheaf_malloc and sheaf_free (src/malloc/malloc.h) are counted the
 # same way, for a power-of-two size class (64 or 256 bytes, the benchmark's rows).
 # sheaf_malloc, 21: the size bound and the table load of the class cache (8), the same pop

@@ -29,6 +29,48 @@ static const int sheaf_config_debug = SHEAF_DEBUG;
 #define sheaf_aligned(n)  __attribute__((aligned(n)))
 #define SHEAF_CACHELINE   64
 
+/* Tests of a field against a constant or a register, written as one x86 instruction
+ * with the field as its memory operand (test or cmp, then the branch): GCC loads such a
+ * byte or word into a register first (movzbl, cmp; mov, and) when it may need the value
+ * again on another path, one instruction more on each fast path (tools/fastpath-golden.sh).
+ * The flags come out through asm flag outputs (GCC 6, clang 9); elsewhere, plain C. */
+#if defined(__x86_64__) && defined(__GCC_ASM_FLAG_OUTPUTS__)
+/* *@m & @bits is not 0. */
+static inline bool sheaf_u8_any(const uint8_t *m, uint8_t bits)
+{
+	bool nz;
+	asm("testb %[b], %[m]" : "=@ccnz"(nz) : [m] "m"(*m), [b] "i"(bits));
+	return nz;
+}
+/* *@m == @v. */
+static inline bool sheaf_u8_is(const uint8_t *m, uint8_t v)
+{
+	bool eq;
+	asm("cmpb %[v], %[m]" : "=@cce"(eq) : [m] "m"(*m), [v] "i"(v));
+	return eq;
+}
+/* (@x & *@m) == 0. */
+static inline bool sheaf_and_zero(uintptr_t x, const uintptr_t *m)
+{
+	bool z;
+	asm("test %[x], %[m]" : "=@ccz"(z) : [m] "m"(*m), [x] "r"(x));
+	return z;
+}
+#else
+static inline bool sheaf_u8_any(const uint8_t *m, uint8_t bits)
+{
+	return (*m & bits) != 0;
+}
+static inline bool sheaf_u8_is(const uint8_t *m, uint8_t v)
+{
+	return *m == v;
+}
+static inline bool sheaf_and_zero(uintptr_t x, const uintptr_t *m)
+{
+	return (x & *m) == 0;
+}
+#endif
+
 /* Geometry. */
 #define SHEAF_PAGE_SHIFT    12
 #define SHEAF_PAGE_SIZE     (1ul << SHEAF_PAGE_SHIFT)

@@ -193,7 +193,7 @@ static int compute_layout(struct sheaf_cache *c, size_t size, const struct sheaf
 static size_t cache_struct_size(void)
 {
 	return sizeof(struct sheaf_cache) +
-	       (size_t)(sheaf_g.ncpus + 2) * sizeof(struct sheaf_sheaf *);
+	       (size_t)(sheaf_g.ncpus + 2) * sizeof(struct sheaf_mainv_slot);
 }
 
 static int alloc_id_locked(uint32_t *id)
@@ -273,7 +273,7 @@ static void cache_struct_retire(struct sheaf_cache *c)
 	/* Stale handles: alloc and free fast paths find the sentinel and take the slow
 	 * path, which checks the magic first. */
 	for (int k = 0; k < sheaf_g.ncpus + 2; k++)
-		__atomic_store_n(&c->mainv[k], &sheaf_sentinel_sheaf, __ATOMIC_RELEASE);
+		__atomic_store_n(&c->mainv[k].m, &sheaf_sentinel_sheaf, __ATOMIC_RELEASE);
 	cache_free_nodes(c);
 	__atomic_store_n(&c->magic, SHEAF_CACHE_DEAD, __ATOMIC_RELEASE);
 	struct sheaf_cache *oldest = NULL;

@@ -168,7 +168,8 @@ sheaf_fast_inline void sheaf_free_inline(void *p)
 				 * object start of a class with a power-of-two slot and the free
 				 * mark in the object; the sequence tests and writes the mark
 				 * (slab/freecheck.h, fastpath.h). */
-				if (sheaf_likely(!((uintptr_t)p & n->malloc_p2_mask))) {
+				if (sheaf_likely(
+					    sheaf_and_zero((uintptr_t)p, &n->malloc_p2_mask))) {
 					if (sheaf_likely(sheaf_cpu_push_key(fc, p, k, true)) ||
 					    sheaf_likely(sheaf_thread_push_gated(fc, p, k, true)))
 						return;

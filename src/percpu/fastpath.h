@@ -187,8 +187,8 @@ sheaf_fast_inline bool sheaf_cpu_free(struct sheaf_cache *c, void *obj)
 {
 	/* A power-of-two slot: an object start is a multiple of it (one test); another
 	 * slot size: the reciprocal multiply (slab/freecheck.h). */
-	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1_P2) && !SHEAF_TRACK_ENABLED)
-		return sheaf_likely(!((uintptr_t)obj & c->start_mask)) &&
+	if (sheaf_likely(sheaf_u8_is(&c->free_mark, SHEAF_MARK_WORD1_P2)) && !SHEAF_TRACK_ENABLED)
+		return sheaf_likely(sheaf_and_zero((uintptr_t)obj, &c->start_mask)) &&
 		       sheaf_cpu_push(c, obj, true);
 	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1) && !SHEAF_TRACK_ENABLED)
 		return sheaf_likely(sheaf_obj_is_start(c, obj)) && sheaf_cpu_push(c, obj, true);

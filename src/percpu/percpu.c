@@ -254,7 +254,7 @@ static inline void cpu_relax(void)
 
 static inline struct sheaf_sheaf **cpu_slot(struct sheaf_cache *c, int k)
 {
-	return &c->mainv[k + 2];
+	return &c->mainv[k + 2].m;
 }
 
 /* First lock of CPU k by anyone: its pcs.  Only the holder of CPU k's lock creates
@@ -596,8 +596,8 @@ void sheaf_pcs_for_each(struct sheaf_cache *c,
 
 int sheaf_pcs_setup_cache(struct sheaf_cache *c)
 {
-	c->mainv[0] = &sheaf_sentinel_sheaf; /* rseq cpu_id -2: registration failed */
-	c->mainv[1] = &sheaf_sentinel_sheaf; /* rseq cpu_id -1: not registered yet */
+	c->mainv[0].m = &sheaf_sentinel_sheaf; /* rseq cpu_id -2: registration failed */
+	c->mainv[1].m = &sheaf_sentinel_sheaf; /* rseq cpu_id -1: not registered yet */
 	c->cpu_pcs = NULL;
 	/* Per-CPU slots for every possible CPU (a CPU that comes online later needs
 	 * nothing new); caches without sheaves (metadata, debug) never lock a CPU. */

@@ -241,13 +241,14 @@ void sheaf_rseq_fence(int cpu)
 	abort();
 }
 
-int sheaf_rseq_lock(struct sheaf_sheaf **mainv, struct sheaf_sheaf *locked, struct sheaf_sheaf **m)
+int sheaf_rseq_lock(struct sheaf_mainv_slot *mainv, struct sheaf_sheaf *locked,
+		    struct sheaf_sheaf **m)
 {
 #if SHEAF_HAVE_RSEQ
 	/* An abort (preempted between reading cpu_id and the commit) retries; a few
 	 * aborts in a row mean a very busy CPU: take the slab path rather than spin. */
 	for (int tries = 0; tries < 4; tries++) {
-		long cpu;
+		long cpu, idx;
 		struct sheaf_sheaf *old;
 		asm goto("mov sheaf_rseq_offset(%%rip), %%rdx\n\t"
 			 "mov .Lsheaf_lock_slot%=(%%rip), %%r8\n\t"
@@ -256,14 +257,17 @@ int sheaf_rseq_lock(struct sheaf_sheaf **mainv, struct sheaf_sheaf *locked, stru
 			 "movslq %%fs:4(%%rdx), %[cpu]\n\t"
 			 "test %[cpu], %[cpu]\n\t"
 			 "js %l[nocpu]\n\t"
-			 "mov 16(%[mv],%[cpu],8), %%rax\n\t"
+			 "mov %[cpu], %[idx]\n\t"
+			 "shl %[sh], %[idx]\n\t"
+			 "mov %c[two](%[mv],%[idx]), %%rax\n\t"
 			 "cmp %[lk], %%rax\n\t"
 			 "je %l[held]\n\t"
-			 "lock cmpxchg %[lk], 16(%[mv],%[cpu],8)\n"
+			 "lock cmpxchg %[lk], %c[two](%[mv],%[idx])\n"
 			 ".Lsheaf_lock_end%=:\n\t"
 			 "jne %l[held]\n\t" SHEAF_RSEQ_TAIL(".Lsheaf_lock", aborted)
-			 : [cpu] "=&r"(cpu), "=&a"(old)
-			 : [mv] "r"(mainv), [lk] "r"(locked)
+			 : [cpu] "=&r"(cpu), [idx] "=&r"(idx), "=&a"(old)
+			 : [mv] "r"(mainv), [lk] "r"(locked), [sh] "i"(SHEAF_MAINV_SHIFT),
+			   [two] "i"(2 * sizeof(struct sheaf_mainv_slot))
 			 : "rdx", "r8", "cc", "memory"
 			 : nocpu, held, aborted);
 		*m = old;

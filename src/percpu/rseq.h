@@ -76,9 +76,12 @@ int sheaf_rseq_init(char *why, size_t len);
 int sheaf_rseq_cpu(void);
 /* Take the per-CPU lock of the calling thread's current CPU: inside a restartable
  * sequence on that CPU, mainv[cpu + 2] is swapped for @locked with one `lock cmpxchg`
- * (the commit).  Returns the CPU and sets *@m to the main it replaced; -1 without an
+ * (the commit; the CPU number scaled to the slot's size first, slab.h struct
+ * sheaf_mainv_slot).  Returns the CPU and sets *@m to the main it replaced; -1 without an
  * rseq CPU; -2 when the lock is held (the caller takes the slab path, never spins). */
-int sheaf_rseq_lock(struct sheaf_sheaf **mainv, struct sheaf_sheaf *locked, struct sheaf_sheaf **m);
+struct sheaf_mainv_slot;
+int sheaf_rseq_lock(struct sheaf_mainv_slot *mainv, struct sheaf_sheaf *locked,
+		    struct sheaf_sheaf **m);
 /* Restart every restartable sequence running on @cpu (-1: on every CPU) with
  * membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ); on return none is still using
  * what it read before the call. */
@@ -121,17 +124,25 @@ void sheaf_rseq_fork_child(void);
 	".popsection\n"
 
 #define SHEAF_RSEQ_MAINV_DISP \
-	(offsetof(struct sheaf_cache, mainv) + 2 * sizeof(struct sheaf_sheaf *))
+	(offsetof(struct sheaf_cache, mainv) + 2 * sizeof(struct sheaf_mainv_slot))
+
+/* %rcx = the cache's main sheaf of CPU %rcx: its entry is a line of its own (slab.h
+ * struct sheaf_mainv_slot), so the CPU number is scaled by a shift first. */
+#define SHEAF_RSEQ_STR_(x) #x
+#define SHEAF_RSEQ_STR(x)  SHEAF_RSEQ_STR_(x)
+#define SHEAF_RSEQ_LOAD_MAIN                                 \
+	"shl $" SHEAF_RSEQ_STR(SHEAF_MAINV_SHIFT) ", %%rcx\n\t" \
+	"mov %c[mv](%[cache],%%rcx), %%rcx\n\t"
 
 /* Alloc fast path: pops into @obj, or jumps to label @slow (used by fastpath.h
- * only).  11 instructions. */
+ * only).  12 instructions (11 until 2026-11-28: the shift of SHEAF_RSEQ_LOAD_MAIN). */
 #define SHEAF_RSEQ_POP(c, obj, slow)                                           \
 	asm goto("mov sheaf_rseq_offset(%%rip), %%rdx\n\t"                     \
 		 "mov .Lsheaf_pop_slot%=(%%rip), %%rcx\n\t"                    \
 		 "mov %%rcx, %%fs:8(%%rdx)\n"                                  \
 		 ".Lsheaf_pop_start%=:\n\t"                                    \
 		 "movslq %%fs:4(%%rdx), %%rcx\n\t"                             \
-		 "mov %c[mv](%[cache],%%rcx,8), %%rcx\n\t"                     \
+		 SHEAF_RSEQ_LOAD_MAIN                                          \
 		 "mov %c[size](%%rcx), %%edx\n\t"                              \
 		 "test %%edx, %%edx\n\t"                                       \
 		 "jz %l[" #slow "]\n\t"                                        \
@@ -155,7 +166,7 @@ void sheaf_rseq_fork_child(void);
 	"mov " p "_slot%=(%%rip), %%rcx\n\t"                                       \
 	"mov %%rcx, %%fs:8(%%rax)\n" p "_start%=:\n\t"                              \
 	"movslq %%fs:4(%%rax), %%rcx\n\t"                                          \
-	"mov %c[mv](%[cache],%%rcx,8), %%rcx\n\t"                                  \
+	SHEAF_RSEQ_LOAD_MAIN                                                       \
 	"cmp %c[key](%%rcx), %%rdx\n\t"                                            \
 	"jne %l[" #slow "]\n\t"                                                    \
 	"mov %c[size](%%rcx), %%eax\n\t"                                           \
@@ -214,7 +225,7 @@ void sheaf_rseq_fork_child(void);
 		 : slow)
 
 /* Free fast paths: push @obj, or jump to label @slow (used by fastpath.h only).
- * SHEAF_RSEQ_PUSH is 19 instructions. */
+ * SHEAF_RSEQ_PUSH is 20 instructions (19 before the shift of SHEAF_RSEQ_LOAD_MAIN). */
 #define SHEAF_RSEQ_PUSH(c, obj, slow) SHEAF_RSEQ_LOOKUP_THEN(c, obj, SHEAF_RSEQ_PUSH_SEQ(slow), slow)
 #define SHEAF_RSEQ_PUSH_MARK(c, obj, slow) \
 	SHEAF_RSEQ_LOOKUP_THEN(c, obj, SHEAF_RSEQ_PUSH_SEQ_MARK(slow), slow)
@@ -265,7 +276,7 @@ void sheaf_rseq_fork_child(void);
 		 "mov %%rcx, %%fs:8(%%rdx)\n"                                      \
 		 ".Lsheaf_popn_start%=:\n\t"                                       \
 		 "movslq %%fs:4(%%rdx), %%rcx\n\t"                                 \
-		 "mov %c[mv](%[cache],%%rcx,8), %%rcx\n\t"                         \
+		 SHEAF_RSEQ_LOAD_MAIN                                              \
 		 "mov %c[size](%%rcx), %%eax\n\t"                                  \
 		 "test %%eax, %%eax\n\t"                                           \
 		 "jz %l[" #slow "]\n\t"                                            \
@@ -300,7 +311,7 @@ void sheaf_rseq_fork_child(void);
 		 "mov %%rcx, %%fs:8(%%rax)\n"                                      \
 		 ".Lsheaf_pushn_start%=:\n\t"                                      \
 		 "movslq %%fs:4(%%rax), %%rcx\n\t"                                 \
-		 "mov %c[mv](%[cache],%%rcx,8), %%rcx\n\t"                         \
+		 SHEAF_RSEQ_LOAD_MAIN                                              \
 		 "cmp %c[key](%%rcx), %[kv]\n\t"                                   \
 		 "jne %l[" #slow "]\n\t"                                           \
 		 "mov %c[size](%%rcx), %%eax\n\t"                                  \

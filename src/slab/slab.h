@@ -83,6 +83,18 @@ struct sheaf_cache_policy {
 	bool barn_trim;                  /* D6: barns trimmed to their working set */
 };
 
+/* One CPU's main sheaf pointer of a cache, in a cache line of its own: a CPU's slow
+ * path swaps its own entry (the lock, a new main: lock cmpxchg or a store), and with
+ * eight CPUs' entries in one line every such write took the line from the other CPUs,
+ * whose next fast-path operation on the cache then missed (the fast path reads its
+ * entry on every call; docs/benchmarks.md, 2026-11-28 third session). */
+struct sheaf_mainv_slot {
+	struct sheaf_sheaf *m;
+} sheaf_aligned(SHEAF_CACHELINE);
+#define SHEAF_MAINV_SHIFT 6 /* log2(sizeof(struct sheaf_mainv_slot)), for rseq.h */
+_Static_assert(sizeof(struct sheaf_mainv_slot) == (1u << SHEAF_MAINV_SHIFT),
+	       "rseq.h scales the CPU number by SHEAF_MAINV_SHIFT");
+
 /* sheaf_cache.magic: a live cache, and one destroyed (its descriptor is kept, so that
  * later calls with the stale handle are recognised and reported, until a new cache
  * reuses it). */
@@ -165,10 +177,11 @@ struct sheaf_cache {
 	_Atomic uint64_t pcs_lock_waits;
 	atomic_ulong bytes_returned;
 
-	/* Per-CPU layer: mainv[cpu + 2] is CPU cpu's main sheaf (design §6); mainv[0] and
-	 * mainv[1] serve the rseq cpu_id values -2 and -1 (registration failed / none)
-	 * and always hold the sentinel.  Sized for every possible CPU. */
-	struct sheaf_sheaf *mainv[];
+	/* Per-CPU layer: mainv[cpu + 2].m is CPU cpu's main sheaf (design §6); mainv[0]
+	 * and mainv[1] serve the rseq cpu_id values -2 and -1 (registration failed /
+	 * none) and always hold the sentinel.  Sized for every possible CPU, one cache
+	 * line each (struct sheaf_mainv_slot). */
+	struct sheaf_mainv_slot mainv[];
 };
 
 static inline void sheaf_stat_atomic(struct sheaf_cache *c, enum sheaf_stat_item it, uint64_t v)

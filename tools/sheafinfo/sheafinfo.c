@@ -215,7 +215,6 @@ static const char *instance_setup(struct instance *in)
 		ix->cache_rcu_inflight_sheaves,
 		ix->cache_rcu_inflight_objects,
 		ix->cache_bytes_returned,
-		ix->cache_mainv,
 		ix->node_cache,
 		ix->node_nr_slabs,
 		ix->barn_full,
@@ -237,8 +236,8 @@ static const char *instance_setup(struct instance *in)
 	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
 		if (!int_field(ints[i]))
 			return "inconsistent field sizes";
-	if (ix->cache_node.size != 8 || ix->cache_mainv.size != 8 || ix->list_next.size != 8 ||
-	    ix->fc_inuse_shift > 63)
+	if (ix->cache_node.size != 8 || ix->cache_mainv.size < 8 || ix->cache_mainv.size > 4096 ||
+	    ix->list_next.size != 8 || ix->fc_inuse_shift > 63)
 		return "inconsistent pointer fields";
 	if (ix->ev_alloc_fast >= ix->stat_nr || ix->ev_alloc_slow >= ix->stat_nr ||
 	    ix->ev_free_fast >= ix->stat_nr || ix->ev_free_slow >= ix->stat_nr)
@@ -515,7 +514,11 @@ static int read_cache(const struct instance *in, uint64_t addr, struct cache_inf
 		for (int k = 0; k < in->ncpus; k++) {
 			if (!cpus[k])
 				continue;
-			uint64_t m = get_elem(b, ix->cache_mainv, (uint64_t)k + 2);
+			/* Each entry's first word: the library pads an entry to a cache
+			 * line (src/slab/slab.h struct sheaf_mainv_slot). */
+			uint64_t at =
+				ix->cache_mainv.off + ((uint64_t)k + 2) * ix->cache_mainv.size;
+			uint64_t m = get_field(b, (struct sheaf_ix_field){ (uint32_t)at, 8 });
 			if (read_pcs(in, ci, cpus[k], m, true))
 				goto out;
 		}
