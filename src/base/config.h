@@ -29,6 +29,18 @@ static const int sheaf_config_debug = SHEAF_DEBUG;
 #define sheaf_aligned(n)  __attribute__((aligned(n)))
 #define SHEAF_CACHELINE   64
 
+/* A word that every fast-path call reads and only start-up (or a rare event) writes, in
+ * a cache line of its own: sizeof is the line, so the linker cannot place a variable
+ * that something writes often (a lock, a counter) beside it, whose every write would
+ * take the line from the other CPUs and make their next fast-path call miss.  The
+ * assembly reads .v as the symbol itself (offset 0). */
+struct sheaf_line_u64 {
+	uint64_t v;
+} sheaf_aligned(SHEAF_CACHELINE);
+struct sheaf_line_off {
+	ptrdiff_t v;
+} sheaf_aligned(SHEAF_CACHELINE);
+
 /* Tests of a field against a constant or a register, written as one x86 instruction
  * with the field as its memory operand (test or cmp, then the branch): GCC loads such a
  * byte or word into a register first (movzbl, cmp; mov, and) when it may need the value

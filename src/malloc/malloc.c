@@ -414,7 +414,7 @@ static bool class_ptr_ok(struct sheaf_cache *c, const void *p, const char *fn)
 			      c->name, (size_t)-1);
 		return false;
 	}
-	if (c->free_mark && unlikely(*sheaf_mark_word(c, p) == sheaf_free_key)) {
+	if (c->free_mark && unlikely(*sheaf_mark_word(c, p) == sheaf_free_key.v)) {
 		CTR_INC(errors);
 		return sheaf_free_mark_check(c, p);
 	}

@@ -157,7 +157,7 @@ sheaf_fast_inline void sheaf_free_inline(void *p)
 		/* The covered heap size, 0 while a free-check hook is set (page layer);
 		 * relaxed: the heap only grows, and a pointer of a new part reaches us
 		 * after the growth that made it (release). */
-		if (sheaf_likely(off < __atomic_load_n(&sheaf_page_fast_limit, __ATOMIC_RELAXED))) {
+		if (sheaf_likely(off < __atomic_load_n(&sheaf_heap.fast_limit, __ATOMIC_RELAXED))) {
 			uintptr_t k = __atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT],
 						      __ATOMIC_RELAXED);
 			/* A node's cache pointer and mask are set before its key is published. */

@@ -28,7 +28,7 @@
  *    and unmapped when it is purged as a whole, so freed memory gives its address space
  *    back too.  A block whose address something else took meanwhile is skipped for good
  *    (`holes`); its page-map entries stay 0.
- * The growth is invisible to the fast path: it reads sheaf_page_fast_limit, which moves
+ * The growth is invisible to the fast path: it reads sheaf_heap.fast_limit, which moves
  * up after the new page-map slice is mapped (release).  At the cap or the limit a page
  * allocation fails with ENOMEM and the caller reports it; the next one tries again, so
  * freeing memory or raising the limit makes the heap usable again.
@@ -54,7 +54,6 @@
 #include "page/page.h"
 
 struct sheaf_heap sheaf_heap = { .lock = PTHREAD_MUTEX_INITIALIZER };
-uintptr_t sheaf_page_fast_limit;
 
 /* Fault injection (tests): page allocations left before they fail; -1 = off.
  * Protected by sheaf_heap.lock. */
@@ -96,7 +95,7 @@ static inline size_t desc_bytes(size_t heap_bytes)
 static void fast_limit_update_locked(void)
 {
 	struct sheaf_heap *h = &sheaf_heap;
-	__atomic_store_n(&sheaf_page_fast_limit, h->gate_closed ? 0 : h->size, __ATOMIC_RELEASE);
+	__atomic_store_n(&h->fast_limit, h->gate_closed ? 0 : h->size, __ATOMIC_RELEASE);
 }
 
 void sheaf_page_fast_gate(bool closed)

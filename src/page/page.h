@@ -60,7 +60,14 @@ struct sheaf_heap {
 	size_t cap;              /* window bytes (SHEAF_HEAP_GB): size never passes it */
 	uintptr_t *pagemap;      /* key per page: owning sheaf_node, 0 if not a slab page */
 	struct sheaf_slab *desc; /* descriptor per page */
-	pthread_mutex_t lock;    /* protects everything below */
+	/* The free fast paths (percpu/rseq.h, malloc/malloc.h) accept a pointer p with
+	 * p - base below this: the covered size, or 0 while the gate is closed.  With
+	 * base and pagemap in the one line those paths read. */
+	uintptr_t fast_limit;
+	/* Protects everything below.  On a line of its own: every page taken or given
+	 * back locks it, and in the line above, each lock took base, pagemap and
+	 * fast_limit away from the other CPUs, whose next free missed. */
+	pthread_mutex_t lock sheaf_aligned(SHEAF_CACHELINE);
 	struct sheaf_list free_area[SHEAF_MAX_NODES][SHEAF_BLOCK_ORDER];
 	size_t next_block;     /* bump index of never-used blocks (read racily) */
 	uint32_t *free_blocks; /* unmapped whole blocks, reusable by any node; entries
@@ -78,9 +85,6 @@ struct sheaf_heap {
 };
 #define SHEAF_BLOCK_STILL_MAPPED 0x80000000u
 extern struct sheaf_heap sheaf_heap sheaf_hidden; /* hidden: RIP-relative loads on the fast paths */
-/* The free fast paths (percpu/rseq.h, malloc/malloc.h) accept a pointer p with
- * p - sheaf_heap.base below this: the covered size, or 0 while the gate is closed. */
-extern uintptr_t sheaf_page_fast_limit sheaf_hidden;
 /* Close (or reopen) the free fast paths: every free then takes the slow path. */
 void sheaf_page_fast_gate(bool closed);
 int sheaf_page_init(void);

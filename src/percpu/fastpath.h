@@ -106,7 +106,7 @@ miss:
 }
 
 /* The same, looking the key up inside the sequence (the page map, bounded by
- * sheaf_page_fast_limit), with the free mark of a SHEAF_MARK_WORD1 cache when @mark
+ * sheaf_heap.fast_limit), with the free mark of a SHEAF_MARK_WORD1 cache when @mark
  * (a constant where this is inlined), without for a cache whose checks are off. */
 sheaf_fast_inline bool sheaf_cpu_push(struct sheaf_cache *c, void *obj, bool mark)
 {
@@ -129,7 +129,7 @@ miss:
 sheaf_fast_inline uintptr_t sheaf_cpu_key_of(struct sheaf_cache *c, const void *obj)
 {
 	uintptr_t off = (uintptr_t)obj - (uintptr_t)sheaf_heap.base;
-	if (sheaf_unlikely(off >= __atomic_load_n(&sheaf_page_fast_limit, __ATOMIC_RELAXED)))
+	if (sheaf_unlikely(off >= __atomic_load_n(&sheaf_heap.fast_limit, __ATOMIC_RELAXED)))
 		return 0;
 	uintptr_t key =
 		__atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED);
@@ -168,9 +168,9 @@ sheaf_fast_inline bool sheaf_cpu_free_mark_at(struct sheaf_cache *c, void *obj, 
 		return false;
 	uint64_t *mk = sheaf_mark_word(c, obj);
 	uint64_t old = *mk;
-	if (sheaf_unlikely(old == sheaf_free_key))
+	if (sheaf_unlikely(old == sheaf_free_key.v))
 		return false;
-	*mk = sheaf_free_key;
+	*mk = sheaf_free_key.v;
 	if (sheaf_likely(sheaf_cpu_push_key(c, obj, key, false)))
 		return true;
 	*mk = old;
@@ -234,7 +234,7 @@ sheaf_fast_inline bool sheaf_thread_pop(struct sheaf_cache *c, void **obj)
  * node, not the sentinel", then the object start (unless the caller's own test has
  * shown it: @start_known, a constant where this is inlined), the free mark, and for
  * a cache without one the top of main (the cheap immediate double-free test).  No
- * free-check hook test: for a caller that read sheaf_page_fast_limit, which is 0
+ * free-check hook test: for a caller that read sheaf_heap.fast_limit, which is 0
  * while a hook is set (the malloc front end, malloc.h).  Returns false for the slow
  * path, which reports what is wrong; a double free seen by ASan is reported here and
  * counts as done. */
@@ -249,7 +249,7 @@ sheaf_fast_inline bool sheaf_thread_push_gated(struct sheaf_cache *c, void *obj,
 			   (!start_known && c->free_checks && !sheaf_obj_is_start(c, obj))))
 		return false;
 	if (c->free_mark) {
-		if (sheaf_unlikely(*sheaf_mark_word(c, obj) == sheaf_free_key))
+		if (sheaf_unlikely(*sheaf_mark_word(c, obj) == sheaf_free_key.v))
 			return false;
 	} else if (sheaf_unlikely(sheaf_sheaf_top_is(m, obj))) {
 		return false;
@@ -259,7 +259,7 @@ sheaf_fast_inline bool sheaf_thread_push_gated(struct sheaf_cache *c, void *obj,
 		return true;
 	}
 	if (c->free_mark)
-		*sheaf_mark_word(c, obj) = sheaf_free_key;
+		*sheaf_mark_word(c, obj) = sheaf_free_key.v;
 	sheaf_sheaf_push(m, obj);
 	return true;
 }
@@ -412,7 +412,7 @@ sheaf_fast_inline size_t sheaf_batch_check_loop(const struct sheaf_cache *c, voi
 	 * allocated before it began. */
 	const uintptr_t base = (uintptr_t)sheaf_heap.base, limit = sheaf_rd(sheaf_heap.size);
 	const uintptr_t *pagemap = sheaf_heap.pagemap;
-	const uintptr_t hi = ~c->slab_mask, test = hi | p2, fkey = sheaf_free_key;
+	const uintptr_t hi = ~c->slab_mask, test = hi | p2, fkey = sheaf_free_key.v;
 	const uintptr_t mark_off = mark_word1 ? 8 : (c->free_mark ? c->mark_offset : 0);
 	uintptr_t slab = (uintptr_t)objs[0] & hi;
 	size_t i = 0;

@@ -73,7 +73,7 @@ static sheaf_noinline bool sheaf_free_confirm(struct sheaf_cache *c, const void 
 
 bool sheaf_free_mark_check(struct sheaf_cache *c, const void *obj)
 {
-	if (sheaf_unlikely(*sheaf_mark_word(c, obj) == sheaf_free_key) &&
+	if (sheaf_unlikely(*sheaf_mark_word(c, obj) == sheaf_free_key.v) &&
 	    sheaf_free_confirm(c, obj)) {
 		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
 		return false;
@@ -85,6 +85,6 @@ bool sheaf_free_mark_take(struct sheaf_cache *c, void *obj)
 {
 	if (!sheaf_free_mark_check(c, obj))
 		return false;
-	*sheaf_mark_word(c, obj) = sheaf_free_key;
+	*sheaf_mark_word(c, obj) = sheaf_free_key.v;
 	return true;
 }

@@ -30,7 +30,7 @@
 extern const ptrdiff_t __rseq_offset __attribute__((weak));
 extern const unsigned int __rseq_size __attribute__((weak));
 
-ptrdiff_t sheaf_rseq_offset;
+struct sheaf_line_off sheaf_rseq_offset;
 
 /* Stand-in rseq area where glibc has none: cpu_id -2 forever (never registered). */
 static __thread struct {
@@ -127,7 +127,7 @@ int sheaf_rseq_cpu(void)
 {
 #if defined(__x86_64__)
 	int32_t cpu;
-	__asm__ volatile("movl %%fs:4(%1), %0" : "=r"(cpu) : "r"(sheaf_rseq_offset));
+	__asm__ volatile("movl %%fs:4(%1), %0" : "=r"(cpu) : "r"(sheaf_rseq_offset.v));
 	return cpu;
 #else
 	return -2;
@@ -138,9 +138,9 @@ int sheaf_rseq_init(char *why, size_t len)
 {
 	bool glibc_area = &__rseq_offset != NULL && &__rseq_size != NULL;
 	if (glibc_area)
-		sheaf_rseq_offset = __rseq_offset;
+		sheaf_rseq_offset.v = __rseq_offset;
 	else
-		sheaf_rseq_offset = (char *)&dummy_area - thread_pointer();
+		sheaf_rseq_offset.v = (char *)&dummy_area - thread_pointer();
 	descriptors_relocate();
 #if !SHEAF_HAVE_RSEQ
 	snprintf(why, len, "%s",

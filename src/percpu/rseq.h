@@ -62,8 +62,8 @@
  * init (a hidden global: one RIP-relative load on the fast path, not two through the
  * GOT).  Where glibc has no rseq area it points at a per-thread dummy whose cpu_id is
  * -2, so the fast path stays harmless in per-thread mode. */
-extern ptrdiff_t sheaf_rseq_offset;
-/* The free fast path accepts pointers below sheaf_heap.base + sheaf_page_fast_limit
+extern struct sheaf_line_off sheaf_rseq_offset; /* .v; a line of its own (config.h) */
+/* The free fast path accepts pointers below sheaf_heap.base + sheaf_heap.fast_limit
  * (page layer): the part of the heap window covered so far, or 0 once a free-check hook
  * is installed (sheaf_free_check_hook_set closes the gate), so that every free then
  * reaches the slow path and the hook without a test of its own. */
@@ -198,11 +198,11 @@ void sheaf_rseq_fork_child(void);
 		[objs] "i"(offsetof(struct sheaf_sheaf, objects))
 
 /* The page-map key of @obj into %rdx (sheaf_page_key() with the bound taken from
- * sheaf_page_fast_limit), then @seq. */
+ * sheaf_heap.fast_limit), then @seq. */
 #define SHEAF_RSEQ_LOOKUP_THEN(c, obj, seq, slow)                                      \
 	asm goto("mov %[o], %%rax\n\t"                                                 \
 		 "sub sheaf_heap+%c[hbase](%%rip), %%rax\n\t"                          \
-		 "cmp sheaf_page_fast_limit(%%rip), %%rax\n\t"                         \
+		 "cmp sheaf_heap+%c[hlim](%%rip), %%rax\n\t"                          \
 		 "jae %l[" #slow "]\n\t"                                               \
 		 "shr %[pshift], %%rax\n\t"                                            \
 		 "mov sheaf_heap+%c[hmap](%%rip), %%rdx\n\t"                           \
@@ -210,6 +210,7 @@ void sheaf_rseq_fork_child(void);
 		 :                                                                       \
 		 : [cache] "r"(c), [o] "r"(obj),                                         \
 		   [hbase] "i"(offsetof(struct sheaf_heap, base)),                       \
+		   [hlim] "i"(offsetof(struct sheaf_heap, fast_limit)),                  \
 		   [hmap] "i"(offsetof(struct sheaf_heap, pagemap)),                     \
 		   [pshift] "i"(SHEAF_PAGE_SHIFT), SHEAF_RSEQ_PUSH_OPERANDS              \
 		 : "rax", "rcx", "rdx", "cc", "memory"                                   \

@@ -287,7 +287,7 @@ static bool mark_in_object(const struct sheaf_cache *c)
  * @kept: the objects of this unit already accepted.  False: a double free, reported. */
 static bool mark_after_gp(struct sheaf_cache *c, void *o, void *const *kept, uint32_t nkept)
 {
-	if (sheaf_unlikely(*sheaf_mark_word(c, o) == sheaf_free_key)) {
+	if (sheaf_unlikely(*sheaf_mark_word(c, o) == sheaf_free_key.v)) {
 		for (uint32_t j = 0; j < nkept; j++) {
 			if (kept[j] == o) {
 				sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, o,
@@ -298,7 +298,7 @@ static bool mark_after_gp(struct sheaf_cache *c, void *o, void *const *kept, uin
 		if (!sheaf_free_mark_check(c, o))
 			return false;
 	}
-	*sheaf_mark_word(c, o) = sheaf_free_key;
+	*sheaf_mark_word(c, o) = sheaf_free_key.v;
 	return true;
 }
 
@@ -575,7 +575,7 @@ static bool free_rcu_checks(struct sheaf_cache *c, void *obj)
 		if (!sheaf_free_mark_check(c, obj))
 			return false;
 		if (!mark_in_object(c))
-			*sheaf_mark_word(c, obj) = sheaf_free_key;
+			*sheaf_mark_word(c, obj) = sheaf_free_key.v;
 	}
 	return true;
 }

@@ -41,7 +41,8 @@
 				 start is any multiple of it (sheaf_cache.start_mask) */
 
 /* The per-process key (never 0); set once at initialisation. */
-extern uint64_t sheaf_free_key sheaf_hidden; /* hidden: one RIP-relative load on the fast paths */
+extern struct sheaf_line_u64 sheaf_free_key
+	sheaf_hidden; /* hidden: one RIP-relative load on the fast paths */
 
 /* @p (known to lie in a slab of @c) is exactly the start of one of its objects. */
 static inline bool sheaf_obj_is_start(const struct sheaf_cache *c, const void *p)

@@ -97,7 +97,7 @@ static struct sheaf_slab *slab_new(struct sheaf_cache *c, struct sheaf_node *n, 
 		fp_set(c, slot_at(c, s, i), i + 1 < nobj ? i + 1 : SHEAF_FL_END);
 		/* Free from the start: a free of a slot never handed out is a double free. */
 		if (c->free_mark)
-			*sheaf_mark_word(c, obj_at(c, s, i)) = sheaf_free_key;
+			*sheaf_mark_word(c, obj_at(c, s, i)) = sheaf_free_key.v;
 	}
 	for (uint32_t i = 0; i < take; i++)
 		objs[i] = obj_at(c, s, i);
@@ -628,7 +628,7 @@ bool sheaf_slab_node_is_valid(struct sheaf_node *n)
 /* ---- Free checks and handles (freecheck.h) -------------------------------------- */
 
 /* slab/freecheck.h: the free mark, one random word per process. */
-uint64_t sheaf_free_key;
+struct sheaf_line_u64 sheaf_free_key; /* config.h: a line of its own */
 
 void sheaf_free_key_init(void)
 {
@@ -636,7 +636,7 @@ void sheaf_free_key_init(void)
 	if (getrandom(&k, sizeof(k), GRND_NONBLOCK) != (ssize_t)sizeof(k))
 		k = sheaf_os_now_ns() * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)&k;
 	/* Never 0 (what an allocation writes), never a small or pointer-like value. */
-	sheaf_free_key = k | 0x8000000000000001ull;
+	sheaf_free_key.v = k | 0x8000000000000001ull;
 }
 
 /* Is @c a live cache?  Reports a NULL, destroyed or foreign handle (README "Errors"):
