@@ -43,12 +43,17 @@ struct sheaf_node {
 	int mem_nid; /* node whose memory backs this node's slabs (itself, or the
 				       nearest memory node when this one is memoryless, D3) */
 	bool has_memory;
-	pthread_mutex_t list_lock;
+	struct sheaf_barn *barn; /* barn/: this node's barn, allocated with the node;
+				       constant while the cache lives */
+	/* Everything above is written once, before the node's key is published, and
+	 * malloc's free reads malloc_cache and malloc_p2_mask on every call; what follows
+	 * is written by the slab paths of every CPU (the lock on each refill and flush),
+	 * so it starts a line of its own: in the same line, each of those writes took
+	 * the line from the CPUs freeing into the node's cache. */
+	pthread_mutex_t list_lock sheaf_aligned(SHEAF_CACHELINE);
 	struct sheaf_list partial; /* protected by list_lock */
 	unsigned long nr_partial;  /* protected by list_lock; read racily */
 	atomic_long nr_slabs;      /* slabs of this node (memory nodes only) */
-	struct sheaf_barn *barn;   /* barn/: this node's barn, allocated with the node;
-				       constant while the cache lives */
 } sheaf_aligned(SHEAF_CACHELINE);
 
 /* ---- Slab descriptor: the freelist+counters word (K§1.1) ----------------------------- */
