@@ -51,14 +51,15 @@ struct sheaf_line_off {
 static inline bool sheaf_u8_any(const uint8_t *m, uint8_t bits)
 {
 	bool nz;
-	asm("testb %[b], %[m]" : "=@ccnz"(nz) : [m] "m"(*m), [b] "i"(bits));
+	/* "ir" and %b: an immediate where inlined with a constant, a byte register at -O0. */
+	asm("testb %b[b], %[m]" : "=@ccnz"(nz) : [m] "m"(*m), [b] "ir"(bits));
 	return nz;
 }
 /* *@m == @v. */
 static inline bool sheaf_u8_is(const uint8_t *m, uint8_t v)
 {
 	bool eq;
-	asm("cmpb %[v], %[m]" : "=@cce"(eq) : [m] "m"(*m), [v] "i"(v));
+	asm("cmpb %b[v], %[m]" : "=@cce"(eq) : [m] "m"(*m), [v] "ir"(v));
 	return eq;
 }
 /* (@x & *@m) == 0. */
