@@ -64,24 +64,17 @@ static inline sheaf_mark_t *sheaf_mark_word(const struct sheaf_cache *c, const v
 	return (sheaf_mark_t *)((uintptr_t)p + c->mark_offset);
 }
 
-/* The fast paths' form: the constant offset for the usual case. */
-static inline sheaf_mark_t *sheaf_mark_word_fast(const struct sheaf_cache *c, const void *p)
-{
-	if (sheaf_likely(c->free_mark >= SHEAF_MARK_WORD1))
-		return (sheaf_mark_t *)((uintptr_t)p + 8);
-	return sheaf_mark_word(c, p);
-}
-
-/* WORD1 and WORD1_P2 are the kinds with bit 1 set, so "the mark is the second word" is
- * one test of that bit in memory (config.h sheaf_u8_any). */
-_Static_assert(((SHEAF_MARK_WORD1 & SHEAF_MARK_WORD1_P2) & 2) == 2 &&
-		       ((SHEAF_MARK_AT | SHEAF_MARK_NONE) & 2) == 0,
-	       "sheaf_mark_clear tests bit 1 of the kind");
+/* WORD1 and WORD1_P2 are the kinds with this bit set, so "the mark is the second word"
+ * is one test of it in memory (config.h sheaf_u8_any). */
+#define SHEAF_MARK_IN_WORD1 2u
+_Static_assert(((SHEAF_MARK_WORD1 & SHEAF_MARK_WORD1_P2) & SHEAF_MARK_IN_WORD1) != 0 &&
+		       ((SHEAF_MARK_AT | SHEAF_MARK_NONE) & SHEAF_MARK_IN_WORD1) == 0,
+	       "sheaf_mark_clear tests SHEAF_MARK_IN_WORD1 of the kind");
 
 /* An allocation: the object is no longer free. */
 static inline void sheaf_mark_clear(const struct sheaf_cache *c, void *p)
 {
-	if (sheaf_likely(sheaf_u8_any(&c->free_mark, 2)))
+	if (sheaf_likely(sheaf_u8_any(&c->free_mark, SHEAF_MARK_IN_WORD1)))
 		*(sheaf_mark_t *)((uintptr_t)p + 8) = 0;
 	else if (c->free_mark)
 		*sheaf_mark_word(c, p) = 0;
