@@ -69,6 +69,14 @@ static inline bool sheaf_and_zero(uintptr_t x, const uintptr_t *m)
 	asm("test %[x], %[m]" : "=@ccz"(z) : [m] "m"(*m), [x] "r"(x));
 	return z;
 }
+/* @x < *@m, unsigned (*@m written once by another thread: an aligned load, which x86
+ * orders before the loads after it). */
+static inline bool sheaf_u64_below(uint64_t x, const uint64_t *m)
+{
+	bool b;
+	asm("cmp %[m], %[x]" : "=@ccb"(b) : [m] "m"(*m), [x] "r"(x));
+	return b;
+}
 #else
 static inline bool sheaf_u8_any(const uint8_t *m, uint8_t bits)
 {
@@ -81,6 +89,10 @@ static inline bool sheaf_u8_is(const uint8_t *m, uint8_t v)
 static inline bool sheaf_and_zero(uintptr_t x, const uintptr_t *m)
 {
 	return (x & *m) == 0;
+}
+static inline bool sheaf_u64_below(uint64_t x, const uint64_t *m)
+{
+	return x < __atomic_load_n(m, __ATOMIC_ACQUIRE);
 }
 #endif
 

@@ -85,6 +85,12 @@ struct sheaf_cache *sheaf_cache_create_class(const char *name, size_t size,
 					     const struct sheaf_cache_args *args);
 
 void sheaf_cache_free_slowpath(struct sheaf_cache *c, void *obj, struct sheaf_pcs *pcs);
+/* A cache descriptor that no object belongs to and no call accepts: every CPU's main is
+ * the sentinel (the restartable pop misses), no thread has a pcs of it (its id is past
+ * every table), its magic is not SHEAF_CACHE_LIVE and it is in no list.  For a table of
+ * the front end above whose entries must never be NULL (malloc.c, the classes not yet
+ * made).  NULL without memory; the caller keeps it for the process. */
+struct sheaf_cache *sheaf_cache_placeholder_new(void);
 
 /* ---- meta.c: internal metadata allocator ------------------------------------------ */
 /* Register the allocator in the layers below (sheaf_percpu_hooks.meta_alloc/free). */

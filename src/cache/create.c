@@ -268,6 +268,18 @@ static struct sheaf_cache *cache_struct_get(void)
 	return sheaf_os_map(bytes);
 }
 
+struct sheaf_cache *sheaf_cache_placeholder_new(void)
+{
+	struct sheaf_cache *c = sheaf_os_map(SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
+	if (!c)
+		return NULL;
+	for (int k = 0; k < sheaf_g.ncpus + 2; k++)
+		c->mainv[k].m = &sheaf_sentinel_sheaf;
+	c->id = UINT32_MAX;
+	__atomic_store_n(&c->magic, SHEAF_CACHE_DEAD, __ATOMIC_RELEASE);
+	return c;
+}
+
 static void cache_struct_retire(struct sheaf_cache *c)
 {
 	/* Stale handles: alloc and free fast paths find the sentinel and take the slow

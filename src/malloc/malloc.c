@@ -100,6 +100,8 @@ malloc_report(enum sheaf_error_kind kind, const char *fn, const char *what, cons
 
 struct sheaf_cache *_Atomic sheaf_malloc_classes[SHEAF_SC_COUNT];
 struct sheaf_cache *_Atomic sheaf_malloc_small[SHEAF_SC_TABLE_MAX / 8 + 1];
+struct sheaf_line_u64 sheaf_malloc_small_limit; /* 0: not ready (malloc.h) */
+struct sheaf_cache *sheaf_malloc_unmade;        /* set once, under sc_lock */
 static pthread_mutex_t sc_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int fork_handlers_registered; /* 0, -pid while registering, 2 */
 /* The core could not start (no address space for its heap): when it last failed
@@ -122,6 +124,27 @@ static bool core_down(void)
 static void class_name(char *buf, size_t cap, unsigned int i)
 {
 	sheaf_fmt(buf, cap, "malloc-%u", (unsigned)sheaf_sc_size[i]);
+}
+
+/* Once the core is up (a class cache exists): the entries of the classes not made yet
+ * get the placeholder, then the inline malloc's bound opens the table (malloc.h
+ * sheaf_malloc_small_limit).  Without memory for the placeholder the bound stays 0 and
+ * every request takes sheaf_malloc_slow: slower, never wrong.  Under sc_lock. */
+static void small_table_ready_locked(void)
+{
+	if (sheaf_malloc_unmade)
+		return;
+	struct sheaf_cache *u = sheaf_cache_placeholder_new();
+	if (!u)
+		return;
+	sheaf_malloc_unmade = u;
+	for (unsigned int j = 0; j <= SHEAF_SC_TABLE_MAX / 8; j++) {
+		struct sheaf_cache *_Atomic *e = &sheaf_malloc_small[j];
+		if (!atomic_load_explicit(e, memory_order_relaxed))
+			atomic_store_explicit(e, u, memory_order_release);
+	}
+	__atomic_store_n(&sheaf_malloc_small_limit.v, (uint64_t)SHEAF_SC_TABLE_MAX + 1,
+			 __ATOMIC_RELEASE);
 }
 
 /* Create class @i's cache; NULL if it cannot be created or if this thread is
@@ -171,6 +194,7 @@ static struct sheaf_cache *__attribute__((noinline)) class_create(unsigned int i
 					if (sheaf_sc_small[j] == i)
 						atomic_store_explicit(&sheaf_malloc_small[j], c,
 								      memory_order_release);
+				small_table_ready_locked();
 			}
 		}
 	}

@@ -36,6 +36,15 @@ extern struct sheaf_cache *_Atomic sheaf_malloc_classes[SHEAF_SC_COUNT];
  * common malloc does one load to find its cache instead of two (byte table,
  * then class table).  Written with sheaf_malloc_classes, under sc_lock. */
 extern struct sheaf_cache *_Atomic sheaf_malloc_small[SHEAF_SC_TABLE_MAX / 8 + 1];
+/* The inline malloc's one compare for both "a table size" and "the table is ready":
+ * SHEAF_SC_TABLE_MAX + 1 once every entry of sheaf_malloc_small holds its class cache or
+ * sheaf_malloc_unmade, 0 before (every request then goes to sheaf_malloc_slow, which
+ * makes the class).  So the fast path has no test for a NULL entry (issue 14: the
+ * golden count of sheaf_malloc).  Written once, under sc_lock (release). */
+extern struct sheaf_line_u64 sheaf_malloc_small_limit;
+/* The entry of a class not made yet (cache.h sheaf_cache_placeholder_new): its pops
+ * miss, and the miss path sends the request to sheaf_malloc_slow. */
+extern struct sheaf_cache *sheaf_malloc_unmade;
 /* errno's address, cached per thread: `errno` is a call to __errno_location()
  * in every use outside libc, which cost about a third of a malloc+free pair
  * when free saved and restored it.  A thread's errno never moves (the child
@@ -100,14 +109,21 @@ static inline void *sheaf_malloc_class_slow(struct sheaf_cache *c)
 sheaf_fast_inline void *sheaf_malloc_inline(size_t n)
 {
 	struct sheaf_cache *c;
-	if (sheaf_likely(n <= SHEAF_SC_TABLE_MAX))
+	/* One cmp with the bound in memory (config.h); its store was made after the
+	 * table's entries. */
+	if (sheaf_likely(sheaf_u64_below(n, &sheaf_malloc_small_limit.v))) {
+		/* A class cache or sheaf_malloc_unmade, never NULL. */
 		c = atomic_load_explicit(&sheaf_malloc_small[(n + 7) >> 3], memory_order_acquire);
-	else if (n <= SHEAF_SC_MAX)
-		c = atomic_load_explicit(&sheaf_malloc_classes[sheaf_sc_index(n)],
-					 memory_order_acquire);
-	else
-		c = NULL;
-	if (sheaf_likely(c != NULL)) {
+	} else {
+		if (n > SHEAF_SC_TABLE_MAX && n <= SHEAF_SC_MAX)
+			c = atomic_load_explicit(&sheaf_malloc_classes[sheaf_sc_index(n)],
+						 memory_order_acquire);
+		else
+			c = NULL; /* a large block, or the table not ready */
+		if (sheaf_unlikely(c == NULL))
+			return sheaf_malloc_slow(n);
+	}
+	{
 		if (!SHEAF_TRACK_ENABLED) {
 			/* The class cache's per-CPU pop inlined here (fastpath.h): no call;
 			 * where it misses for want of an rseq CPU (per-thread mode), the
@@ -126,13 +142,14 @@ sheaf_fast_inline void *sheaf_malloc_inline(size_t n)
 				return o;
 			}
 		}
-		/* The slow path, where the heap grows, and the reaper's start (a call only until
-		 * it has started). */
+		/* A class not made yet; then the slow path, where the heap grows, and the
+		 * reaper's start (a call only until it has started). */
+		if (sheaf_unlikely(c == sheaf_malloc_unmade))
+			return sheaf_malloc_slow(n);
 		if (sheaf_unlikely(sheaf_reaper_wanted_by_malloc()))
 			return sheaf_malloc_alloc_reaper(c);
 		return sheaf_malloc_class_slow(c);
 	}
-	return sheaf_malloc_slow(n);
 }
 
 /* Everything sheaf_free_inline() does not do inline: NULL, a free-check hook, a full

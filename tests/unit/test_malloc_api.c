@@ -18,6 +18,45 @@ static bool aligned(const void *p, size_t a)
 	return ((uintptr_t)p & (a - 1)) == 0;
 }
 
+/* Run first, before any class exists: the inline malloc's table opens (its bound set,
+ * the classes not made yet holding the placeholder) with the first class, and a class
+ * first asked for after that is made through the placeholder's miss path, never handed
+ * the placeholder itself. */
+static void t_classes_made_on_first_use(void)
+{
+	CHECK(sheaf_malloc_small_limit.v == 0);
+	CHECK(sheaf_malloc_unmade == NULL);
+	void *p = sheaf_malloc(24);
+	REQUIRE(p != NULL);
+	CHECK(sheaf_malloc_small_limit.v == SHEAF_SC_TABLE_MAX + 1);
+	REQUIRE(sheaf_malloc_unmade != NULL);
+	/* Every entry: its class's cache, or the placeholder while there is none. */
+	unsigned made = 0;
+	for (size_t n = 0; n <= SHEAF_SC_TABLE_MAX; n++) {
+		struct sheaf_cache *e = sheaf_malloc_small[(n + 7) >> 3];
+		struct sheaf_cache *k = sheaf_malloc_classes[sheaf_sc_index(n)];
+		CHECKF(e == (k ? k : sheaf_malloc_unmade), "n=%zu", n);
+		made += k != NULL;
+	}
+	CHECK(made > 0 && made < SHEAF_SC_TABLE_MAX + 1);
+	unsigned i1000 = sheaf_sc_index(1000);
+	CHECK(sheaf_malloc_classes[i1000] == NULL);
+	CHECK(sheaf_malloc_small[(1000 + 7) >> 3] == sheaf_malloc_unmade);
+	/* The first 1000-byte block: its class is made on the way. */
+	unsigned char *q = sheaf_malloc(1000);
+	REQUIRE(q != NULL);
+	memset(q, 0x5a, 1000);
+	CHECK(sheaf_usable_size(q) >= 1000);
+	CHECK(sheaf_malloc_classes[i1000] != NULL);
+	CHECK(sheaf_cache_of(q) == sheaf_malloc_classes[i1000]);
+	CHECK(sheaf_cache_of(q) != sheaf_malloc_unmade);
+	CHECK(sheaf_malloc_small[(1000 + 7) >> 3] == sheaf_malloc_classes[i1000]);
+	/* The placeholder is no live cache (every public call checks the magic first). */
+	CHECK(sheaf_malloc_unmade->magic != SHEAF_CACHE_LIVE);
+	sheaf_free(q);
+	sheaf_free(p);
+}
+
 static void t_basic_sizes(void)
 {
 	/* Every size up to 70000 in steps, written end to end. */
@@ -686,6 +725,7 @@ static void t_extent_cache_rlimit(void)
 
 int main(void)
 {
+	RUN(t_classes_made_on_first_use);
 	RUN(t_basic_sizes);
 	RUN(t_calloc);
 	RUN(t_too_large);
