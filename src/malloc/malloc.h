@@ -172,9 +172,10 @@ sheaf_fast_inline void sheaf_free_inline(void *p)
 	if (!SHEAF_TRACK_ENABLED) {
 		uintptr_t off = (uintptr_t)p - (uintptr_t)sheaf_heap.base;
 		/* The covered heap size, 0 while a free-check hook is set (page layer);
-		 * relaxed: the heap only grows, and a pointer of a new part reaches us
-		 * after the growth that made it (release). */
-		if (sheaf_likely(off < __atomic_load_n(&sheaf_heap.fast_limit, __ATOMIC_RELAXED))) {
+		 * an unordered load: the heap only grows, and a pointer of a new part
+		 * reaches us after the growth that made it (release).  One cmp with the
+		 * bound in memory (config.h): GCC loads an atomic into a register first. */
+		if (sheaf_likely(sheaf_u64_below(off, &sheaf_heap.fast_limit))) {
 			uintptr_t k = __atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT],
 						      __ATOMIC_RELAXED);
 			/* A node's cache pointer and mask are set before its key is published. */
