@@ -39,6 +39,15 @@
 # 18 / 31 / 22 / 31 (was 18 / 32 / 21 / 31); the breakdowns below are as they were
 # before that.
 #
+# Since 2026-11-28 (fourth session): 18 / 29 / 20 / 30.  sheaf_cache_free tests "the usual
+# cache, and an object start of it" as one `test` of the pointer with the cache's
+# free_p2_mask (the slot mask for a plain power-of-two cache, all ones otherwise) instead
+# of the kind of mark and then the slot mask (-2).  sheaf_malloc compares the size with the
+# table's bound in memory, which stays 0 until the table has no NULL entry (a placeholder
+# cache for the classes not made yet), instead of a size compare and a NULL test (-2).
+# sheaf_free compares the heap offset with the bound in memory instead of loading it
+# first (-1).
+#
 # The malloc front end's sheaf_malloc and sheaf_free (src/malloc/malloc.h) are counted the
 # same way, for a power-of-two size class (64 or 256 bytes, the benchmark's rows).
 # sheaf_malloc, 21: the size bound and the table load of the class cache (8), the same pop

@@ -276,6 +276,7 @@ struct sheaf_cache *sheaf_cache_placeholder_new(void)
 	for (int k = 0; k < sheaf_g.ncpus + 2; k++)
 		c->mainv[k].m = &sheaf_sentinel_sheaf;
 	c->id = UINT32_MAX;
+	c->free_p2_mask = UINTPTR_MAX;
 	__atomic_store_n(&c->magic, SHEAF_CACHE_DEAD, __ATOMIC_RELEASE);
 	return c;
 }
@@ -460,6 +461,7 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size,
 		       c->mark_offset != 8 ? SHEAF_MARK_AT :
 		       c->start_mask       ? SHEAF_MARK_WORD1_P2 :
 					     SHEAF_MARK_WORD1;
+	c->free_p2_mask = c->free_mark == SHEAF_MARK_WORD1_P2 ? c->start_mask : UINTPTR_MAX;
 	c->capacity_default = cap;
 	atomic_store(&c->sheaf_capacity, cap);
 	capacity_ladder_init(c, cap,

@@ -109,22 +109,25 @@ _Static_assert(sizeof(struct sheaf_mainv_slot) == (1u << SHEAF_MAINV_SHIFT),
 struct sheaf_cache {
 	/* Slab layer: geometry, read-mostly, written once at creation (cache/).  The free
 	 * checks' geometry comes first: the free fast path reads it (slab/freecheck.h). */
-	uint32_t magic;       /* SHEAF_CACHE_LIVE or SHEAF_CACHE_DEAD */
-	bool free_checks;     /* interior-pointer and mark checks on every free */
-	uint8_t free_mark;    /* ... and the free mark is used (not under ASan/memcheck,
+	uint32_t magic;         /* SHEAF_CACHE_LIVE or SHEAF_CACHE_DEAD */
+	bool free_checks;       /* interior-pointer and mark checks on every free */
+	uint8_t free_mark;      /* ... and the free mark is used (not under ASan/memcheck,
 					which track freed objects themselves): SHEAF_MARK_* */
-	uint32_t mark_offset; /* offset of the 8-byte free mark from the object start:
+	uint32_t mark_offset;   /* offset of the 8-byte free mark from the object start:
 					8 (in the object), or past the object (constructor,
 					TYPESAFE_BY_RCU: their free objects keep their bytes) */
-	uint32_t slot_recip;  /* ceil(2^32 / slot_size): slot index by a multiply */
-	uintptr_t slab_mask;  /* slab bytes - 1 (slabs are aligned to their size) */
-	uintptr_t start_mask; /* slot bytes - 1 when that is a power of two, else 0:
+	uint32_t slot_recip;    /* ceil(2^32 / slot_size): slot index by a multiply */
+	uintptr_t slab_mask;    /* slab bytes - 1 (slabs are aligned to their size) */
+	uintptr_t start_mask;   /* slot bytes - 1 when that is a power of two, else 0:
 					then an object start is p & start_mask == 0 */
-	size_t slot_size;     /* stride between slots */
-	uint32_t id;          /* index into per-thread tables */
-	uint32_t flags;       /* SHEAF_* cache flags */
-	uint32_t debug_flags; /* SHEAF_DEBUG_* in effect (debug caches have no sheaves) */
-	uint32_t order;       /* slab = SHEAF_PAGE_SIZE << order */
+	uintptr_t free_p2_mask; /* start_mask when free_mark is SHEAF_MARK_WORD1_P2, else
+				   all ones: "the usual cache, and an object start of it"
+				   in one test (percpu/fastpath.h sheaf_cpu_free) */
+	size_t slot_size;       /* stride between slots */
+	uint32_t id;            /* index into per-thread tables */
+	uint32_t flags;         /* SHEAF_* cache flags */
+	uint32_t debug_flags;   /* SHEAF_DEBUG_* in effect (debug caches have no sheaves) */
+	uint32_t order;         /* slab = SHEAF_PAGE_SIZE << order */
 	uint32_t objs_per_slab;
 	uint32_t min_partial;
 	uint32_t obj_offset;     /* user object offset within the slot (red zone) */
