@@ -192,10 +192,9 @@ sheaf_fast_inline bool sheaf_cpu_free(struct sheaf_cache *c, void *obj)
 	 * kind of mark first (issue 14, tools/fastpath-golden.sh). */
 	if (!SHEAF_TRACK_ENABLED && sheaf_likely(sheaf_and_zero((uintptr_t)obj, &c->free_p2_mask)))
 		return sheaf_cpu_push(c, obj, true);
-	/* That cache, and not an object start: the slow path reports it.  Another slot
-	 * size: the reciprocal multiply (slab/freecheck.h). */
-	if (sheaf_u8_is(&c->free_mark, SHEAF_MARK_WORD1_P2) && !SHEAF_TRACK_ENABLED)
-		return false;
+	/* Another slot size: the reciprocal multiply (slab/freecheck.h).  Tested before the
+	 * failed mask's own case below, so that this case and the unchecked one make as many
+	 * tests as before the mask (the kind of mark was tested first then). */
 	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1) && !SHEAF_TRACK_ENABLED)
 		return sheaf_likely(sheaf_obj_is_start(c, obj)) && sheaf_cpu_push(c, obj, true);
 	/* The checks turned off (SHEAF_FREE_CHECKS=0): nothing of the object is read, so
@@ -205,6 +204,9 @@ sheaf_fast_inline bool sheaf_cpu_free(struct sheaf_cache *c, void *obj)
 	 * free 1.3x as slow as the checked one (docs/benchmarks.md, 2026-11-28). */
 	if (!c->free_checks && !SHEAF_TRACK_ENABLED)
 		return sheaf_cpu_push(c, obj, false);
+	/* The usual cache, and not an object start: the slow path reports it. */
+	if (sheaf_u8_is(&c->free_mark, SHEAF_MARK_WORD1_P2) && !SHEAF_TRACK_ENABLED)
+		return false;
 	uintptr_t key = sheaf_cpu_key_of(c, obj);
 	if (sheaf_unlikely(!key))
 		return false;
