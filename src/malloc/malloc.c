@@ -100,8 +100,8 @@ malloc_report(enum sheaf_error_kind kind, const char *fn, const char *what, cons
 
 struct sheaf_cache *_Atomic sheaf_malloc_classes[SHEAF_SC_COUNT];
 struct sheaf_cache *_Atomic sheaf_malloc_small[SHEAF_SC_TABLE_MAX / 8 + 1];
-struct sheaf_line_u64 sheaf_malloc_small_limit; /* 0: not ready (malloc.h) */
-struct sheaf_cache *sheaf_malloc_unmade;        /* set once, under sc_lock */
+struct sheaf_line_u64 sheaf_malloc_small_limit;  /* 0: not ready (malloc.h) */
+struct sheaf_cache *_Atomic sheaf_malloc_unmade; /* set once, under sc_lock */
 static pthread_mutex_t sc_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int fork_handlers_registered; /* 0, -pid while registering, 2 */
 /* The core could not start (no address space for its heap): when it last failed
@@ -132,12 +132,12 @@ static void class_name(char *buf, size_t cap, unsigned int i)
  * every request takes sheaf_malloc_slow: slower, never wrong.  Under sc_lock. */
 static void small_table_ready_locked(void)
 {
-	if (sheaf_malloc_unmade)
+	if (atomic_load_explicit(&sheaf_malloc_unmade, memory_order_relaxed))
 		return;
 	struct sheaf_cache *u = sheaf_cache_placeholder_new();
 	if (!u)
 		return;
-	sheaf_malloc_unmade = u;
+	atomic_store_explicit(&sheaf_malloc_unmade, u, memory_order_release);
 	for (unsigned int j = 0; j <= SHEAF_SC_TABLE_MAX / 8; j++) {
 		struct sheaf_cache *_Atomic *e = &sheaf_malloc_small[j];
 		if (!atomic_load_explicit(e, memory_order_relaxed))

@@ -43,8 +43,9 @@ extern struct sheaf_cache *_Atomic sheaf_malloc_small[SHEAF_SC_TABLE_MAX / 8 + 1
  * golden count of sheaf_malloc).  Written once, under sc_lock (release). */
 extern struct sheaf_line_u64 sheaf_malloc_small_limit;
 /* The entry of a class not made yet (cache.h sheaf_cache_placeholder_new): its pops
- * miss, and the miss path sends the request to sheaf_malloc_slow. */
-extern struct sheaf_cache *sheaf_malloc_unmade;
+ * miss, and the miss path sends the request to sheaf_malloc_slow.  Set once, under
+ * sc_lock; read on the miss path, by identity only (relaxed). */
+extern struct sheaf_cache *_Atomic sheaf_malloc_unmade;
 /* errno's address, cached per thread: `errno` is a call to __errno_location()
  * in every use outside libc, which cost about a third of a malloc+free pair
  * when free saved and restored it.  A thread's errno never moves (the child
@@ -123,33 +124,29 @@ sheaf_fast_inline void *sheaf_malloc_inline(size_t n)
 		if (sheaf_unlikely(c == NULL))
 			return sheaf_malloc_slow(n);
 	}
-	{
-		if (!SHEAF_TRACK_ENABLED) {
-			/* The class cache's per-CPU pop inlined here (fastpath.h): no call;
-			 * where it misses for want of an rseq CPU (per-thread mode), the
-			 * thread's own pop, inline too (issue 17: the call to the cache
-			 * layer cost a third of a per-thread malloc). */
-			void *o;
-			if (sheaf_likely(sheaf_cpu_pop(c, &o)) ||
-			    sheaf_likely(sheaf_thread_pop(c, &o))) {
-				/* The free mark cleared without testing its kind: a class cache
-				 * is a plain cache, whose slot is at least 16 bytes with the
-				 * mark, if any, in the second word (cache/create.c), and a
-				 * debug class cache has no sheaves to pop from; with
-				 * SHEAF_FREE_CHECKS=0 the word is simply not read (3 fewer
-				 * instructions than sheaf_mark_clear, issue 17). */
-				*(sheaf_mark_t *)((uintptr_t)o + 8) = 0;
-				return o;
-			}
+	if (!SHEAF_TRACK_ENABLED) {
+		/* The class cache's per-CPU pop inlined here (fastpath.h): no call; where it
+		 * misses for want of an rseq CPU (per-thread mode), the thread's own pop,
+		 * inline too (issue 17: the call to the cache layer cost a third of a
+		 * per-thread malloc). */
+		void *o;
+		if (sheaf_likely(sheaf_cpu_pop(c, &o)) || sheaf_likely(sheaf_thread_pop(c, &o))) {
+			/* The free mark cleared without testing its kind: a class cache is a
+			 * plain cache, whose slot is at least 16 bytes with the mark, if any,
+			 * in the second word (cache/create.c), and a debug class cache has no
+			 * sheaves to pop from; with SHEAF_FREE_CHECKS=0 the word is simply not
+			 * read (3 fewer instructions than sheaf_mark_clear, issue 17). */
+			*(sheaf_mark_t *)((uintptr_t)o + 8) = 0;
+			return o;
 		}
-		/* A class not made yet; then the slow path, where the heap grows, and the
-		 * reaper's start (a call only until it has started). */
-		if (sheaf_unlikely(c == sheaf_malloc_unmade))
-			return sheaf_malloc_slow(n);
-		if (sheaf_unlikely(sheaf_reaper_wanted_by_malloc()))
-			return sheaf_malloc_alloc_reaper(c);
-		return sheaf_malloc_class_slow(c);
 	}
+	/* A class not made yet; then the slow path, where the heap grows, and the reaper's
+	 * start (a call only until it has started). */
+	if (sheaf_unlikely(c == atomic_load_explicit(&sheaf_malloc_unmade, memory_order_relaxed)))
+		return sheaf_malloc_slow(n);
+	if (sheaf_unlikely(sheaf_reaper_wanted_by_malloc()))
+		return sheaf_malloc_alloc_reaper(c);
+	return sheaf_malloc_class_slow(c);
 }
 
 /* Everything sheaf_free_inline() does not do inline: NULL, a free-check hook, a full
