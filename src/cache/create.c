@@ -268,13 +268,19 @@ static struct sheaf_cache *cache_struct_get(void)
 	return sheaf_os_map(bytes);
 }
 
+/* Every CPU's main of @c the sentinel: its fast paths miss from now on. */
+static void cache_mainv_to_sentinel(struct sheaf_cache *c)
+{
+	for (int k = 0; k < sheaf_g.ncpus + 2; k++)
+		__atomic_store_n(&c->mainv[k].m, &sheaf_sentinel_sheaf, __ATOMIC_RELEASE);
+}
+
 struct sheaf_cache *sheaf_cache_placeholder_new(void)
 {
 	struct sheaf_cache *c = sheaf_os_map(SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
 	if (!c)
 		return NULL;
-	for (int k = 0; k < sheaf_g.ncpus + 2; k++)
-		c->mainv[k].m = &sheaf_sentinel_sheaf;
+	cache_mainv_to_sentinel(c);
 	c->id = UINT32_MAX;
 	c->free_p2_mask = UINTPTR_MAX;
 	__atomic_store_n(&c->magic, SHEAF_CACHE_DEAD, __ATOMIC_RELEASE);
@@ -285,8 +291,7 @@ static void cache_struct_retire(struct sheaf_cache *c)
 {
 	/* Stale handles: alloc and free fast paths find the sentinel and take the slow
 	 * path, which checks the magic first. */
-	for (int k = 0; k < sheaf_g.ncpus + 2; k++)
-		__atomic_store_n(&c->mainv[k].m, &sheaf_sentinel_sheaf, __ATOMIC_RELEASE);
+	cache_mainv_to_sentinel(c);
 	cache_free_nodes(c);
 	__atomic_store_n(&c->magic, SHEAF_CACHE_DEAD, __ATOMIC_RELEASE);
 	struct sheaf_cache *oldest = NULL;
@@ -382,9 +387,8 @@ static bool cache_nodes_init(struct sheaf_cache *c, uint32_t cap)
 		n->barn = (struct sheaf_barn *)&nodes[sheaf_g.nnodes] + i;
 		n->cache = c;
 		n->malloc_cache = (c->flags & SHEAF_CACHE_MALLOC_CLASS) ? c : NULL;
-		n->malloc_p2_mask = n->malloc_cache && c->free_mark == SHEAF_MARK_WORD1_P2 ?
-					    c->start_mask :
-					    UINTPTR_MAX;
+		/* The cache's own one-test mask (set above), for malloc's classes only. */
+		n->malloc_p2_mask = n->malloc_cache ? c->free_p2_mask : UINTPTR_MAX;
 		n->nid = i;
 		n->mem_nid = sheaf_g.node_mem_nid[i];
 		n->has_memory = sheaf_g.node_has_mem[i];

@@ -33,11 +33,11 @@ struct sheaf_node {
 	 * else NULL: malloc's free fast path goes from the page map to the cache it
 	 * pushes to in two loads, with no flag test (malloc/malloc.h). */
 	struct sheaf_cache *malloc_cache;
-	/* malloc's free fast path in one test (malloc/malloc.h): slot_size - 1 for a size
-	 * class whose free mark is SHEAF_MARK_WORD1_P2, so that `p & malloc_p2_mask` is 0
-	 * exactly for an object start of such a class; all ones for every other cache
-	 * (any non-NULL pointer fails the test and takes the general path).  Set with
-	 * malloc_cache, before any key of this node is published. */
+	/* malloc's free fast path in one test (malloc/malloc.h): the cache's free_p2_mask
+	 * for a size class (slot_size - 1 when its free mark is SHEAF_MARK_WORD1_P2, so that
+	 * `p & malloc_p2_mask` is 0 exactly for an object start of such a class); all ones
+	 * for every other cache (any non-NULL pointer fails the test and takes the general
+	 * path).  Set with malloc_cache, before any key of this node is published. */
 	uintptr_t malloc_p2_mask;
 	int nid;     /* this node */
 	int mem_nid; /* node whose memory backs this node's slabs (itself, or the
