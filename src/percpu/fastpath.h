@@ -369,13 +369,13 @@ enum sheaf_batch_stop {
 			       objs[0..k) are where the search can see them */
 };
 
-/* The start of sheaf_batch_check_loop's work for a plain cache whose mark is the second
+/* sheaf_batch_check_p2's first step, for a plain cache whose mark is the second
  * word: four objects a round while they stay in the slab @slab, with one slab-and-start
  * test (@test) for the four, then each mark (@fkey) tested and written in order, so that
  * a pointer given twice within the four finds the mark its first visit wrote.  7.5
  * instructions an object against 11 (issue 18, callgrind, bulk of 32).  Returns how
- * many objects passed; the caller's loop goes on from the one that stopped a round
- * (another slab, not a start, or marked: it finds the same again and says why). */
+ * many objects passed; sheaf_batch_check_rest_p2 goes on from the one that stopped a
+ * round (another slab, not a start, or marked: it finds the same again and says why). */
 sheaf_fast_inline size_t sheaf_batch_check_rounds(void *const *objs, size_t n, uintptr_t slab,
 						  uintptr_t test, uintptr_t fkey)
 {
@@ -402,8 +402,9 @@ sheaf_fast_inline size_t sheaf_batch_check_rounds(void *const *objs, size_t n, u
 	return i;
 }
 
-/* The loop of sheaf_free_batch_check from objs[0] on (objs[0] has key @run, so its slab
- * is known), every invariant in a register.  Objects come in runs from one slab, and
+/* The loop of sheaf_free_batch_check from objs[@i] on, @slab the slab of objs[0] (which
+ * has key @run; every object before objs[@i] passed in that slab), every invariant in a
+ * register.  Objects come in runs from one slab, and
  * slabs are aligned to their size with every page of a slab under the slab's key
  * (slab/slab.c), so an object in the slab of the last one looked up has key @run: the
  * page-map load is made only when the slab changes, (obj ^ slab) & ~slab_mask != 0.  A
@@ -412,8 +413,9 @@ sheaf_fast_inline size_t sheaf_batch_check_rounds(void *const *objs, size_t n, u
  * the reciprocal one (@recip).  @mark_word1 (a constant where this is inlined): the
  * mark is the second word.  Returns the prefix length, the reason in *@stop. */
 sheaf_fast_inline size_t sheaf_batch_check_loop(const struct sheaf_cache *c, void *const *objs,
-						size_t n, uintptr_t run, uintptr_t p2, bool recip,
-						bool mark_word1, enum sheaf_batch_stop *stop)
+						size_t n, size_t i, uintptr_t run, uintptr_t slab,
+						uintptr_t p2, bool recip, bool mark_word1,
+						enum sheaf_batch_stop *stop)
 {
 	/* Locals, not fields: the mark stores may alias them (they would be reloaded for
 	 * every object).  The heap's size is read once: every object of the call was
@@ -422,10 +424,6 @@ sheaf_fast_inline size_t sheaf_batch_check_loop(const struct sheaf_cache *c, voi
 	const uintptr_t *pagemap = sheaf_heap.pagemap;
 	const uintptr_t hi = ~c->slab_mask, test = hi | p2, fkey = sheaf_free_key.v;
 	const uintptr_t mark_off = mark_word1 ? 8 : (c->free_mark ? c->mark_offset : 0);
-	uintptr_t slab = (uintptr_t)objs[0] & hi;
-	size_t i = 0;
-	if (mark_word1 && !recip && !SHEAF_TRACK_ENABLED)
-		i = sheaf_batch_check_rounds(objs, n, slab, test, fkey);
 	for (; i < n; i++) {
 		uintptr_t obj = (uintptr_t)objs[i], x = obj ^ slab;
 		if (sheaf_unlikely(x & test)) {
@@ -457,6 +455,37 @@ sheaf_fast_inline size_t sheaf_batch_check_loop(const struct sheaf_cache *c, voi
 	return i;
 }
 
+/* The rest of a usual cache's run from objs[@i] (which stopped a round of
+ * sheaf_batch_check_rounds, or one of the last three), one object at a time; out of
+ * line, so that the rounds before it keep their registers (issue 18). */
+static sheaf_noinline __attribute__((unused)) size_t
+sheaf_batch_check_rest_p2(const struct sheaf_cache *c, void *const *objs, size_t n, size_t i,
+			  uintptr_t run, enum sheaf_batch_stop *stop)
+{
+	return sheaf_batch_check_loop(c, objs, n, i, run, (uintptr_t)objs[0] & ~c->slab_mask,
+				      c->start_mask, false, true, stop);
+}
+
+/* sheaf_batch_check_loop for the usual cache (plain, power-of-two slot, the mark in the
+ * second word): rounds of four while the objects stay in one slab, then the rest out
+ * of line.  Inlined with the rounds, the rest's page-map lookup kept the heap's bounds
+ * in registers through them, and GCC saved five of the rounds' registers on the stack
+ * on every call.  The check of a bulk of 8 took 134 instructions, now 117; of 32, 344 and
+ * now 327 (callgrind, per-thread mode); bulk rows 0.89-0.98x the revision before
+ * (tools/prev-ratios.sh -n 7, AMD EPYC, 2026-11-28). */
+sheaf_fast_inline size_t sheaf_batch_check_p2(const struct sheaf_cache *c, void *const *objs,
+					      size_t n, uintptr_t run, enum sheaf_batch_stop *stop)
+{
+	const uintptr_t hi = ~c->slab_mask;
+	size_t i = sheaf_batch_check_rounds(objs, n, (uintptr_t)objs[0] & hi, hi | c->start_mask,
+					    sheaf_free_key.v);
+	if (sheaf_likely(i == n)) {
+		*stop = SHEAF_BATCH_END;
+		return n;
+	}
+	return sheaf_batch_check_rest_p2(c, objs, n, i, run, stop);
+}
+
 /* The checks every single free makes (sheaf_thread_push, the slow path's
  * cache_free_ptr_ok and sheaf_free_mark_take; slab/freecheck.h), made for a run of
  * objects before any of them is copied into a sheaf: the longest prefix of @objs whose
@@ -478,16 +507,18 @@ sheaf_fast_inline size_t sheaf_free_batch_check(struct sheaf_cache *c, void *con
 	/* The usual cache (plain, power-of-two slot, checks on) gets its own copy of the
 	 * loop, with no test of the cases it is not. */
 	if (sheaf_likely(c->free_mark == SHEAF_MARK_WORD1_P2) && !SHEAF_TRACK_ENABLED)
-		return sheaf_batch_check_loop(c, objs, n, run, c->start_mask, false, true, stop);
+		return sheaf_batch_check_p2(c, objs, n, run, stop);
 	const bool checks = c->free_checks;
 	/* Checks off (SHEAF_FREE_CHECKS=0, no mark): the slab-change test alone, with the
 	 * loop's parameters constants; the general loop below tests each one per object
 	 * and was slower than the checked loop (issue 18, 2026-11-28). */
 	if (!checks && !c->free_mark && !SHEAF_TRACK_ENABLED)
-		return sheaf_batch_check_loop(c, objs, n, run, 0, false, false, stop);
+		return sheaf_batch_check_loop(c, objs, n, 0, run,
+					      (uintptr_t)objs[0] & ~c->slab_mask, 0, false, false,
+					      stop);
 	const uintptr_t p2 = checks ? c->start_mask : 0;
-	return sheaf_batch_check_loop(c, objs, n, run, p2, checks && !p2,
-				      c->free_mark >= SHEAF_MARK_WORD1, stop);
+	return sheaf_batch_check_loop(c, objs, n, 0, run, (uintptr_t)objs[0] & ~c->slab_mask, p2,
+				      checks && !p2, c->free_mark >= SHEAF_MARK_WORD1, stop);
 }
 
 #endif /* SHEAF_PERCPU_FASTPATH_H */

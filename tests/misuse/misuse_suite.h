@@ -431,6 +431,31 @@ static void do_wrong_cache_bulk(void *p)
 	void *v[1] = { p };
 	sheaf_cache_free_bulk(ms_a, 1, v);
 }
+static int ms_cmp(const void *x, const void *y);
+
+/* A pointer that is not @ms_a's (@p: another cache's object, or no object) in a run
+ * long enough for the batch path, right after a whole round of four objects of one slab
+ * (four of 40 fresh objects in one page, which lies in one slab): the check that goes on
+ * from the object that stopped the round must look that object's slab up, not take it
+ * as the run's (issue 18; one draft did, and only this case caught it). */
+static void do_wrong_cache_bulk_run(void *p)
+{
+	void *v[40], *w[41];
+	REQUIRE(sheaf_cache_alloc_bulk(ms_a, 40, v) == 40);
+	qsort(v, 40, sizeof(v[0]), ms_cmp);
+	size_t i = 0;
+	while (i + 3 < 40 && ((uintptr_t)v[i] >> 12) != ((uintptr_t)v[i + 3] >> 12))
+		i++;
+	REQUIRE(i + 3 < 40);
+	size_t k = 0;
+	for (size_t j = i; j < i + 4; j++)
+		w[k++] = v[j];
+	w[k++] = p;
+	for (size_t j = 0; j < 40; j++)
+		if (j < i || j >= i + 4)
+			w[k++] = v[j];
+	sheaf_cache_free_bulk(ms_a, 41, w);
+}
 static void do_wrong_cache_rcu(void *p)
 {
 	sheaf_cache_free_rcu(ms_a, p);
@@ -448,9 +473,13 @@ static void test_wrong_and_foreign(void)
 	ms_expect("free into the wrong cache", do_wrong_cache, q, "wrong cache", "ms-a", q);
 	ms_expect("free_bulk into the wrong cache", do_wrong_cache_bulk, q, "wrong cache", "ms-a",
 		  q);
+	ms_expect("free_bulk({20 objects, q of another cache, 20 objects})",
+		  do_wrong_cache_bulk_run, q, "wrong cache", "ms-a", q);
 	ms_expect("free_rcu into the wrong cache", do_wrong_cache_rcu, q, "wrong cache", "ms-a", q);
 	ms_expect("free of a static buffer", do_foreign, ms_static, "invalid pointer", "ms-a",
 		  ms_static);
+	ms_expect("free_bulk({20 objects, a static buffer, 20 objects})", do_wrong_cache_bulk_run,
+		  ms_static, "invalid pointer", "ms-a", ms_static);
 	void *m = malloc(64);
 	ms_expect("free of glibc's memory", do_foreign, m, "invalid pointer", "ms-a", m);
 	free(m);
