@@ -239,29 +239,18 @@ static sheaf_noinline __attribute__((aligned(64))) size_t bulk_check(struct shea
 	return sheaf_free_batch_check(c, objs, n, key, stop);
 }
 
-SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **objs)
+/* What follows a run's check: @objs[@done..@k) of that run still to be put on sheaves
+ * (checked, key @key), then the object that stopped it (@stop), then the runs after
+ * it, each checked as a whole (every check of a single free, slab/freecheck.h) and
+ * copied in one sequence.  An object that stops a run is dealt with alone once the run
+ * before it is in a sheaf, where the double-free search can see it. */
+static sheaf_noinline void free_bulk_runs(struct sheaf_cache *c, size_t n, void **objs, size_t done,
+					  size_t k, uintptr_t key, enum sheaf_batch_stop stop)
 {
-	if (!objs || !n)
-		return;
-	if (!bulk_cache_ok(c))
-		return;
-	if (c->debug_flags || sheaf_free_check_hook ||
-	    atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed) == 0) {
-		for (size_t i = 0; i < n; i++)
-			sheaf_cache_free_slowpath(c, objs[i], NULL);
-		return;
-	}
-	/* Issue 18: runs of objects of one node, each checked as a whole (every check of a
-	 * single free, slab/freecheck.h) and then copied in one sequence.  An object that
-	 * stops a run is dealt with alone once the run before it is in a sheaf, where the
-	 * double-free search can see it. */
 	size_t i = 0;
-	while (i < n) {
-		uintptr_t key;
-		enum sheaf_batch_stop stop;
-		size_t k = bulk_check(c, objs + i, n - i, &key, &stop);
-		if (k)
-			free_checked(c, objs + i, k, key);
+	for (;;) {
+		if (k > done)
+			free_checked(c, objs + i + done, k - done, key);
 		i += k;
 		if (stop == SHEAF_BATCH_OTHER) {
 			/* NULL, a bad pointer (reported there), or the start of the next run. */
@@ -274,5 +263,39 @@ SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **obj
 			if (sheaf_free_mark_take(c, obj)) /* otherwise a double free, reported */
 				free_checked(c, &obj, 1, key);
 		}
+		if (i >= n)
+			return;
+		k = bulk_check(c, objs + i, n - i, &key, &stop);
+		done = 0;
 	}
+}
+
+SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **objs)
+{
+	if (!objs || !n)
+		return;
+	if (!bulk_cache_ok(c))
+		return;
+	if (c->debug_flags || sheaf_free_check_hook ||
+	    atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed) == 0) {
+		for (size_t i = 0; i < n; i++)
+			sheaf_cache_free_slowpath(c, objs[i], NULL);
+		return;
+	}
+	/* Issue 18: the usual call, a run of one node that passes the checks and fits on
+	 * the CPU's main, straight through: one check, one sequence; everything else in
+	 * free_bulk_runs (GCC had kept that loop's state on the stack around every call). */
+	uintptr_t key;
+	enum sheaf_batch_stop stop;
+	size_t k = bulk_check(c, objs, n, &key, &stop);
+	size_t done = 0;
+	if (sheaf_likely(k)) {
+		uint64_t want = SHEAF_MIN(k, (size_t)SHEAF_BULK_BATCH_MAX);
+		done = sheaf_cpu_push_n(c, objs, want, key);
+		if (!done)
+			done = sheaf_thread_push_n(c, objs, want, key);
+		if (sheaf_likely(done == n))
+			return;
+	}
+	free_bulk_runs(c, n, objs, done, k, key, stop);
 }
