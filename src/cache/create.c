@@ -221,24 +221,63 @@ static int alloc_id_locked(uint32_t *id)
 }
 
 /* A cache's nodes and, after them, their barns (barn/): one mapping. */
+static size_t nodes_bytes(void)
+{
+	return (sizeof(struct sheaf_node) + sizeof(struct sheaf_barn)) * (size_t)sheaf_g.nnodes;
+}
+
 static size_t nodes_struct_size(void)
 {
-	return SHEAF_ALIGN_UP((sizeof(struct sheaf_node) + sizeof(struct sheaf_barn)) *
-				      (size_t)sheaf_g.nnodes,
-			      SHEAF_PAGE_SIZE);
+	return SHEAF_ALIGN_UP(nodes_bytes(), SHEAF_PAGE_SIZE);
+}
+
+/* Colouring (docs/percpu.md "Colours"): every cache's descriptor and nodes were each at
+ * the start of pages of their own, so the lines every operation reads of them (the
+ * node's first, the cache's entry for the CPU) fell in the same level-1 cache set for
+ * every cache, and a program using more size classes than a set has ways evicted
+ * them from each other all the time.  Each new mapping places its structure k lines
+ * into its first page, k the next of the lines the mapping has to spare (@spare
+ * bytes), in turn.  The count is shared by every mapping: any spread will do. */
+static size_t colour_offset(size_t spare)
+{
+	static unsigned next;
+	size_t lines = spare / SHEAF_CACHELINE + 1;
+	unsigned k = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED);
+	return (size_t)(k % lines) * SHEAF_CACHELINE;
+}
+
+static void *page_of(const void *p)
+{
+	return (void *)((uintptr_t)p & ~(uintptr_t)(SHEAF_PAGE_SIZE - 1));
 }
 
 static void cache_free_nodes(struct sheaf_cache *c)
 {
 	if (c->node[0])
-		sheaf_os_unmap(c->node[0], nodes_struct_size());
+		sheaf_os_unmap(page_of(c->node[0]), nodes_struct_size());
 	memset(c->node, 0, sizeof(c->node));
+}
+
+static void cache_struct_unmap(struct sheaf_cache *c)
+{
+	sheaf_os_unmap(page_of(c), SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
+}
+
+/* A new cache descriptor's mapping, the descriptor coloured into it. */
+static struct sheaf_cache *cache_struct_map(void)
+{
+	size_t bytes = SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE);
+	char *m = sheaf_os_map(bytes);
+	if (!m)
+		return NULL;
+	size_t spare = SHEAF_MIN(bytes - cache_struct_size(), (size_t)SHEAF_PAGE_SIZE - 1);
+	return (struct sheaf_cache *)(m + colour_offset(spare));
 }
 
 static void cache_free_struct(struct sheaf_cache *c)
 {
 	cache_free_nodes(c);
-	sheaf_os_unmap(c, SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
+	cache_struct_unmap(c);
 }
 
 /* Destroyed caches keep their descriptor (magic SHEAF_CACHE_DEAD, every CPU's main the
@@ -252,7 +291,6 @@ static unsigned dead_head, dead_count;
 
 static struct sheaf_cache *cache_struct_get(void)
 {
-	size_t bytes = SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE);
 	struct sheaf_cache *c = NULL;
 	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	if (dead_count == SHEAF_DEAD_KEPT) {
@@ -262,10 +300,10 @@ static struct sheaf_cache *cache_struct_get(void)
 	}
 	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	if (c) {
-		memset(c, 0, bytes);
+		memset(c, 0, cache_struct_size()); /* its colour stays */
 		return c;
 	}
-	return sheaf_os_map(bytes);
+	return cache_struct_map();
 }
 
 /* Every CPU's main of @c the sentinel: its fast paths miss from now on. */
@@ -277,7 +315,7 @@ static void cache_mainv_to_sentinel(struct sheaf_cache *c)
 
 struct sheaf_cache *sheaf_cache_placeholder_new(void)
 {
-	struct sheaf_cache *c = sheaf_os_map(SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
+	struct sheaf_cache *c = cache_struct_map();
 	if (!c)
 		return NULL;
 	cache_mainv_to_sentinel(c);
@@ -308,7 +346,7 @@ static void cache_struct_retire(struct sheaf_cache *c)
 	dead_count++;
 	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	if (oldest)
-		(void)sheaf_os_unmap(oldest, SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
+		cache_struct_unmap(oldest);
 }
 
 /* Sheaf's behaviour, or Linux 7.0's for a kernel-compatible cache (slab/slab.h). */
@@ -379,9 +417,11 @@ static int cache_capacity_choose(struct sheaf_cache *c, const struct sheaf_cache
  * node; Linux 7.0 only for nodes with memory).  False without memory. */
 static bool cache_nodes_init(struct sheaf_cache *c, uint32_t cap)
 {
-	struct sheaf_node *nodes = sheaf_os_map(nodes_struct_size());
-	if (!nodes)
+	char *m = sheaf_os_map(nodes_struct_size());
+	if (!m)
 		return false;
+	size_t spare = SHEAF_MIN(nodes_struct_size() - nodes_bytes(), (size_t)SHEAF_PAGE_SIZE - 1);
+	struct sheaf_node *nodes = (struct sheaf_node *)(m + colour_offset(spare));
 	for (int i = 0; i < sheaf_g.nnodes; i++) {
 		struct sheaf_node *n = &nodes[i];
 		n->barn = (struct sheaf_barn *)&nodes[sheaf_g.nnodes] + i;
@@ -457,7 +497,7 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size,
 	if (!r)
 		r = cache_capacity_choose(c, args, meta, &cap);
 	if (r) {
-		sheaf_os_unmap(c, SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
+		cache_struct_unmap(c);
 		errno = -r;
 		return NULL;
 	}
@@ -472,7 +512,7 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size,
 			     !(args && args->sheaf_capacity) &&
 				     sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY) <= 0);
 	if (!cache_nodes_init(c, cap)) {
-		sheaf_os_unmap(c, SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
+		cache_struct_unmap(c);
 		return NULL;
 	}
 	if (cache_register(c, meta)) {

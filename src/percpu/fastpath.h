@@ -457,14 +457,10 @@ sheaf_fast_inline size_t sheaf_batch_check_loop(const struct sheaf_cache *c, voi
 
 /* The rest of a usual cache's run from objs[@i] (which stopped a round of
  * sheaf_batch_check_rounds, or one of the last three), one object at a time; out of
- * line, so that the rounds before it keep their registers (issue 18). */
-static sheaf_noinline __attribute__((unused)) size_t
-sheaf_batch_check_rest_p2(const struct sheaf_cache *c, void *const *objs, size_t n, size_t i,
-			  uintptr_t run, enum sheaf_batch_stop *stop)
-{
-	return sheaf_batch_check_loop(c, objs, n, i, run, (uintptr_t)objs[0] & ~c->slab_mask,
-				      c->start_mask, false, true, stop);
-}
+ * line (percpu/freecheck.c), so that the rounds before it keep their registers
+ * (issue 18). */
+size_t sheaf_batch_check_rest_p2(const struct sheaf_cache *c, void *const *objs, size_t n, size_t i,
+				 uintptr_t run, enum sheaf_batch_stop *stop);
 
 /* sheaf_batch_check_loop for the usual cache (plain, power-of-two slot, the mark in the
  * second word): rounds of four while the objects stay in one slab, then the rest out

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * freecheck.c - the free mark's confirmation (slab/freecheck.h has the checks).
+ * freecheck.c - the free mark's confirmation (slab/freecheck.h has the checks), and
+ * the out-of-line part of the bulk free's batch check (fastpath.h).
  *
  * A free that finds the free mark in the object may be a double free, or a live object
  * that happens to hold the key.  Before anything is reported, the object is searched
@@ -87,4 +88,13 @@ bool sheaf_free_mark_take(struct sheaf_cache *c, void *obj)
 		return false;
 	*sheaf_mark_word(c, obj) = sheaf_free_key.v;
 	return true;
+}
+
+/* fastpath.h sheaf_batch_check_p2's continuation: the general loop for the usual cache,
+ * from objs[@i], with the slab of objs[0] (the rounds before passed in it). */
+size_t sheaf_batch_check_rest_p2(const struct sheaf_cache *c, void *const *objs, size_t n, size_t i,
+				 uintptr_t run, enum sheaf_batch_stop *stop)
+{
+	return sheaf_batch_check_loop(c, objs, n, i, run, (uintptr_t)objs[0] & ~c->slab_mask,
+				      c->start_mask, false, true, stop);
 }
