@@ -220,15 +220,18 @@ static int alloc_id_locked(uint32_t *id)
 	return 0;
 }
 
-/* A cache's nodes and, after them, their barns (barn/): one mapping. */
+/* A cache's nodes and, after them, their barns (barn/), right after the descriptor and
+ * its per-CPU entries in the descriptor's own mapping: a program with many caches then
+ * has one page of these per cache, not two (fewer pages for the TLB to map). */
 static size_t nodes_bytes(void)
 {
 	return (sizeof(struct sheaf_node) + sizeof(struct sheaf_barn)) * (size_t)sheaf_g.nnodes;
 }
 
-static size_t nodes_struct_size(void)
+/* The descriptor, its per-CPU entries and its nodes. */
+static size_t cache_all_bytes(void)
 {
-	return SHEAF_ALIGN_UP(nodes_bytes(), SHEAF_PAGE_SIZE);
+	return cache_struct_size() + nodes_bytes();
 }
 
 /* Colouring (docs/percpu.md "Colours"): every cache's descriptor and nodes were each at
@@ -251,26 +254,25 @@ static void *page_of(const void *p)
 	return (void *)((uintptr_t)p & ~(uintptr_t)(SHEAF_PAGE_SIZE - 1));
 }
 
+/* The nodes live in the descriptor's mapping: forgetting them is all there is to do. */
 static void cache_free_nodes(struct sheaf_cache *c)
 {
-	if (c->node[0])
-		sheaf_os_unmap(page_of(c->node[0]), nodes_struct_size());
 	memset(c->node, 0, sizeof(c->node));
 }
 
 static void cache_struct_unmap(struct sheaf_cache *c)
 {
-	sheaf_os_unmap(page_of(c), SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE));
+	sheaf_os_unmap(page_of(c), SHEAF_ALIGN_UP(cache_all_bytes(), SHEAF_PAGE_SIZE));
 }
 
-/* A new cache descriptor's mapping, the descriptor coloured into it. */
+/* A new cache descriptor's mapping, the descriptor (and its nodes) coloured into it. */
 static struct sheaf_cache *cache_struct_map(void)
 {
-	size_t bytes = SHEAF_ALIGN_UP(cache_struct_size(), SHEAF_PAGE_SIZE);
+	size_t bytes = SHEAF_ALIGN_UP(cache_all_bytes(), SHEAF_PAGE_SIZE);
 	char *m = sheaf_os_map(bytes);
 	if (!m)
 		return NULL;
-	size_t spare = SHEAF_MIN(bytes - cache_struct_size(), (size_t)SHEAF_PAGE_SIZE - 1);
+	size_t spare = SHEAF_MIN(bytes - cache_all_bytes(), (size_t)SHEAF_PAGE_SIZE - 1);
 	return (struct sheaf_cache *)(m + colour_offset(spare));
 }
 
@@ -300,7 +302,7 @@ static struct sheaf_cache *cache_struct_get(void)
 	}
 	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	if (c) {
-		memset(c, 0, cache_struct_size()); /* its colour stays */
+		memset(c, 0, cache_all_bytes()); /* its colour stays */
 		return c;
 	}
 	return cache_struct_map();
@@ -417,11 +419,7 @@ static int cache_capacity_choose(struct sheaf_cache *c, const struct sheaf_cache
  * node; Linux 7.0 only for nodes with memory).  False without memory. */
 static bool cache_nodes_init(struct sheaf_cache *c, uint32_t cap)
 {
-	char *m = sheaf_os_map(nodes_struct_size());
-	if (!m)
-		return false;
-	size_t spare = SHEAF_MIN(nodes_struct_size() - nodes_bytes(), (size_t)SHEAF_PAGE_SIZE - 1);
-	struct sheaf_node *nodes = (struct sheaf_node *)(m + colour_offset(spare));
+	struct sheaf_node *nodes = (struct sheaf_node *)((char *)c + cache_struct_size());
 	for (int i = 0; i < sheaf_g.nnodes; i++) {
 		struct sheaf_node *n = &nodes[i];
 		n->barn = (struct sheaf_barn *)&nodes[sheaf_g.nnodes] + i;
