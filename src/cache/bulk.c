@@ -204,6 +204,17 @@ static void free_checked_locked(struct sheaf_cache *c, void *const *objs, size_t
 	}
 }
 
+/* One step of free_checked, no lock: as many of @objs[0..@k) (checked, key @key) as the
+ * CPU's (or the thread's) main takes in one sequence (one memcpy per-thread); returns
+ * how many. */
+static inline uint32_t free_checked_push(struct sheaf_cache *c, void *const *objs, size_t k,
+					 uintptr_t key)
+{
+	uint64_t want = SHEAF_MIN(k, (size_t)SHEAF_BULK_BATCH_MAX);
+	uint32_t got = sheaf_cpu_push_n(c, objs, want, key);
+	return got ? got : sheaf_thread_push_n(c, objs, want, key);
+}
+
 /* A checked run of @k objects of key @key: the fast path (one restartable sequence per
  * main's worth, or one memcpy per-thread), then the locked path for the rest.  Always
  * inlined: GCC kept it a function of its own, whose call saved six registers; inlined,
@@ -214,10 +225,7 @@ free_checked(struct sheaf_cache *c, void *const *objs, size_t k, uintptr_t key)
 {
 	size_t run = k;
 	while (k) {
-		uint64_t want = SHEAF_MIN(k, (size_t)SHEAF_BULK_BATCH_MAX);
-		uint32_t got = sheaf_cpu_push_n(c, objs, want, key);
-		if (!got)
-			got = sheaf_thread_push_n(c, objs, want, key);
+		uint32_t got = free_checked_push(c, objs, k, key);
 		if (!got)
 			break;
 		objs += got;
@@ -290,10 +298,7 @@ SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **obj
 	size_t k = bulk_check(c, objs, n, &key, &stop);
 	size_t done = 0;
 	if (sheaf_likely(k)) {
-		uint64_t want = SHEAF_MIN(k, (size_t)SHEAF_BULK_BATCH_MAX);
-		done = sheaf_cpu_push_n(c, objs, want, key);
-		if (!done)
-			done = sheaf_thread_push_n(c, objs, want, key);
+		done = free_checked_push(c, objs, k, key);
 		if (sheaf_likely(done == n))
 			return;
 	}

@@ -254,12 +254,6 @@ static void *page_of(const void *p)
 	return (void *)((uintptr_t)p & ~(uintptr_t)(SHEAF_PAGE_SIZE - 1));
 }
 
-/* The nodes live in the descriptor's mapping: forgetting them is all there is to do. */
-static void cache_free_nodes(struct sheaf_cache *c)
-{
-	memset(c->node, 0, sizeof(c->node));
-}
-
 static void cache_struct_unmap(struct sheaf_cache *c)
 {
 	sheaf_os_unmap(page_of(c), SHEAF_ALIGN_UP(cache_all_bytes(), SHEAF_PAGE_SIZE));
@@ -274,12 +268,6 @@ static struct sheaf_cache *cache_struct_map(void)
 		return NULL;
 	size_t spare = SHEAF_MIN(bytes - cache_all_bytes(), (size_t)SHEAF_PAGE_SIZE - 1);
 	return (struct sheaf_cache *)(m + colour_offset(spare));
-}
-
-static void cache_free_struct(struct sheaf_cache *c)
-{
-	cache_free_nodes(c);
-	cache_struct_unmap(c);
 }
 
 /* Destroyed caches keep their descriptor (magic SHEAF_CACHE_DEAD, every CPU's main the
@@ -332,7 +320,8 @@ static void cache_struct_retire(struct sheaf_cache *c)
 	/* Stale handles: alloc and free fast paths find the sentinel and take the slow
 	 * path, which checks the magic first. */
 	cache_mainv_to_sentinel(c);
-	cache_free_nodes(c);
+	/* Its nodes live in its mapping, kept with it; a stale handle must not reach them. */
+	memset(c->node, 0, sizeof(c->node));
 	__atomic_store_n(&c->magic, SHEAF_CACHE_DEAD, __ATOMIC_RELEASE);
 	struct sheaf_cache *oldest = NULL;
 	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
@@ -514,7 +503,7 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size,
 		return NULL;
 	}
 	if (cache_register(c, meta)) {
-		cache_free_struct(c);
+		cache_struct_unmap(c); /* its nodes with it */
 		errno = ENOMEM;
 		return NULL;
 	}

@@ -402,8 +402,8 @@ sheaf_fast_inline size_t sheaf_batch_check_rounds(void *const *objs, size_t n, u
 	return i;
 }
 
-/* The loop of sheaf_free_batch_check from objs[@i] on, @slab the slab of objs[0] (which
- * has key @run; every object before objs[@i] passed in that slab), every invariant in a
+/* The loop of sheaf_free_batch_check from objs[@i] on (objs[0] has key @run, so its slab
+ * is known; every object before objs[@i] passed in that slab), every invariant in a
  * register.  Objects come in runs from one slab, and
  * slabs are aligned to their size with every page of a slab under the slab's key
  * (slab/slab.c), so an object in the slab of the last one looked up has key @run: the
@@ -413,8 +413,8 @@ sheaf_fast_inline size_t sheaf_batch_check_rounds(void *const *objs, size_t n, u
  * the reciprocal one (@recip).  @mark_word1 (a constant where this is inlined): the
  * mark is the second word.  Returns the prefix length, the reason in *@stop. */
 sheaf_fast_inline size_t sheaf_batch_check_loop(const struct sheaf_cache *c, void *const *objs,
-						size_t n, size_t i, uintptr_t run, uintptr_t slab,
-						uintptr_t p2, bool recip, bool mark_word1,
+						size_t n, size_t i, uintptr_t run, uintptr_t p2,
+						bool recip, bool mark_word1,
 						enum sheaf_batch_stop *stop)
 {
 	/* Locals, not fields: the mark stores may alias them (they would be reloaded for
@@ -424,6 +424,8 @@ sheaf_fast_inline size_t sheaf_batch_check_loop(const struct sheaf_cache *c, voi
 	const uintptr_t *pagemap = sheaf_heap.pagemap;
 	const uintptr_t hi = ~c->slab_mask, test = hi | p2, fkey = sheaf_free_key.v;
 	const uintptr_t mark_off = mark_word1 ? 8 : (c->free_mark ? c->mark_offset : 0);
+	/* objs[0]'s slab, never objs[i]'s: objs[i] may be what stopped the rounds. */
+	uintptr_t slab = (uintptr_t)objs[0] & hi;
 	for (; i < n; i++) {
 		uintptr_t obj = (uintptr_t)objs[i], x = obj ^ slab;
 		if (sheaf_unlikely(x & test)) {
@@ -509,12 +511,10 @@ sheaf_fast_inline size_t sheaf_free_batch_check(struct sheaf_cache *c, void *con
 	 * loop's parameters constants; the general loop below tests each one per object
 	 * and was slower than the checked loop (issue 18, 2026-11-28). */
 	if (!checks && !c->free_mark && !SHEAF_TRACK_ENABLED)
-		return sheaf_batch_check_loop(c, objs, n, 0, run,
-					      (uintptr_t)objs[0] & ~c->slab_mask, 0, false, false,
-					      stop);
+		return sheaf_batch_check_loop(c, objs, n, 0, run, 0, false, false, stop);
 	const uintptr_t p2 = checks ? c->start_mask : 0;
-	return sheaf_batch_check_loop(c, objs, n, 0, run, (uintptr_t)objs[0] & ~c->slab_mask, p2,
-				      checks && !p2, c->free_mark >= SHEAF_MARK_WORD1, stop);
+	return sheaf_batch_check_loop(c, objs, n, 0, run, p2, checks && !p2,
+				      c->free_mark >= SHEAF_MARK_WORD1, stop);
 }
 
 #endif /* SHEAF_PERCPU_FASTPATH_H */

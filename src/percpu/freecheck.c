@@ -91,10 +91,9 @@ bool sheaf_free_mark_take(struct sheaf_cache *c, void *obj)
 }
 
 /* fastpath.h sheaf_batch_check_p2's continuation: the general loop for the usual cache,
- * from objs[@i], with the slab of objs[0] (the rounds before passed in it). */
+ * from objs[@i] (the rounds before passed in objs[0]'s slab). */
 size_t sheaf_batch_check_rest_p2(const struct sheaf_cache *c, void *const *objs, size_t n, size_t i,
 				 uintptr_t run, enum sheaf_batch_stop *stop)
 {
-	return sheaf_batch_check_loop(c, objs, n, i, run, (uintptr_t)objs[0] & ~c->slab_mask,
-				      c->start_mask, false, true, stop);
+	return sheaf_batch_check_loop(c, objs, n, i, run, c->start_mask, false, true, stop);
 }
