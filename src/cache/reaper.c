@@ -125,6 +125,8 @@ static void reap_round(void)
 		atomic_store_explicit(&c->reaping, 0, memory_order_release);
 	}
 	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
+	/* Free pages of busy caches decay too when no page is taken or freed. */
+	sheaf_page_decay_tick();
 	/* malloc/'s extent cache, once the front end is initialised. */
 	void (*age)(void) = __atomic_load_n(&sheaf_cache_hooks.extent_cache_age, __ATOMIC_ACQUIRE);
 	if (age)

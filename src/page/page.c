@@ -35,13 +35,20 @@
  *
  * Inside a block pages are handed out by a binary buddy allocator (orders 0..8), so a
  * slab of 2^k pages is 2^k-page aligned.  Freed pages are given back with MADV_DONTNEED
- * with a delay and a floor (jemalloc and mimalloc, purging large blocks at once, were 6x
- * slower on a large-allocation benchmark): free runs stay resident while the dirty
- * total is under max(4 MiB, mapped / 8) and younger than a second; past that, the
- * largest dirty runs of SHEAF_PURGE_ORDER (64 KiB) or more are purged, whole free
- * blocks first (unmapped), together with their slices of the page map and descriptor
- * array.  Shrink purges everything at once, so RSS returns to its starting point
- * (issue: 1 GiB burst test).
+ * after they stay unused for a while (decay), not when they are freed: a program whose
+ * live memory swings (a producer that fills a queue of batches a consumer frees later,
+ * mimalloc-bench's xmalloc-test) would otherwise fault its working set in again on every
+ * swing -- 342,000 minor faults and 3 s of system time in 5 s there, purging at 1/8 of the
+ * mapped pages.  The rule is a low watermark per epoch of SHEAF_PURGE_MS / 2 (1 s by default): the
+ * least the dirty total fell to during an epoch is memory no allocation needed in it,
+ * and at the epoch's end that much is purged (the largest runs of SHEAF_PURGE_ORDER,
+ * 64 KiB, or more; whole free blocks first, unmapped with their slices of the page map
+ * and descriptor array).  So memory left unused for a whole epoch is given back at
+ * its end, within the decay time (it picks the largest runs, not the oldest).  The epoch is checked on every page allocation and free and by the reaper's
+ * rounds, so an idle program purges too.  A bound keeps a burst from holding its pages
+ * for the decay time: above max(64 MiB, the pages in use) dirty, half of that is kept.
+ * Shrink purges everything at once, so RSS returns to its starting point (issue: 1 GiB
+ * burst test).
  *
  * Locking: sheaf_heap.lock protects the free lists, the block stack, the growth and the
  * pg_* fields of FREE descriptors.  It nests inside node->list_lock (design §4).
@@ -52,6 +59,10 @@
 #include <unistd.h>
 
 #include "page/page.h"
+
+/* Dirty free pages may exceed the pages in use up to this before the decay time runs
+ * out (see the header comment). */
+#define PAGE_DIRTY_MIN ((size_t)64 << 20)
 
 struct sheaf_heap sheaf_heap = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -212,6 +223,8 @@ int sheaf_page_init(void)
 	h->purge_order = (unsigned)sheaf_option_long(SHEAF_OPT_PURGE_ORDER);
 	if (h->purge_order > SHEAF_BLOCK_ORDER)
 		h->purge_order = SHEAF_BLOCK_ORDER;
+	h->purge_ns = (uint64_t)sheaf_option_long(SHEAF_OPT_PURGE_MS) * 1000000ull;
+	h->decay_epoch_ns = sheaf_os_now_ns();
 	sheaf_mutex_lock(&h->lock, SHEAF_LOCK_HEAP);
 	int r = window_place_locked((size_t)gb << 30);
 	sheaf_mutex_unlock(&h->lock, SHEAF_LOCK_HEAP);
@@ -331,16 +344,15 @@ static void mark_free_locked(size_t pg, unsigned order, int nid, int dirty)
 
 static inline void dirty_add_locked(size_t bytes)
 {
-	struct sheaf_heap *h = &sheaf_heap;
-	if (!h->dirty_bytes)
-		h->dirty_since_ns = sheaf_os_now_ns();
-	h->dirty_bytes += bytes;
+	sheaf_heap.dirty_bytes += bytes;
 }
 
 static inline void dirty_sub_locked(size_t bytes)
 {
 	struct sheaf_heap *h = &sheaf_heap;
 	h->dirty_bytes = h->dirty_bytes > bytes ? h->dirty_bytes - bytes : 0;
+	if (h->dirty_bytes < h->dirty_low)
+		h->dirty_low = h->dirty_bytes;
 }
 
 /* Purge dirty free memory until at most @keep bytes stay resident: whole blocks first,
@@ -384,21 +396,35 @@ static void purge_locked(size_t keep)
 			}
 		}
 	}
-	if (keep == 0)
+	if (keep == 0) {
 		h->dirty_bytes = 0; /* merges blur the estimate: everything is purged now */
+		h->dirty_low = 0;
+	}
 }
 
-/* The delay and the floor (see the header comment). Locked. */
-static inline void maybe_purge_locked(void)
+/* The decay and the bound (see the header comment).  Locked. */
+static void maybe_purge_locked(void)
 {
 	struct sheaf_heap *h = &sheaf_heap;
-	if (!h->dirty_bytes)
+	size_t bound = SHEAF_MAX(PAGE_DIRTY_MIN, h->mapped_bytes);
+	if (h->purge_ns == 0 || h->dirty_bytes > bound)
+		purge_locked(h->purge_ns ? bound / 2 : 0);
+	uint64_t now = sheaf_os_now_ns();
+	if (now - h->decay_epoch_ns < h->purge_ns / 2)
 		return;
-	size_t limit = SHEAF_MAX((size_t)4 << 20, h->mapped_bytes / 8);
-	if (h->dirty_bytes > limit)
-		purge_locked(limit / 2);
-	else if (sheaf_os_now_ns() - h->dirty_since_ns > 1000000000ull)
-		purge_locked(0);
+	/* dirty_low bytes were free through the whole epoch: give that much back. */
+	if (h->dirty_low)
+		purge_locked(h->dirty_bytes - SHEAF_MIN(h->dirty_low, h->dirty_bytes));
+	h->decay_epoch_ns = now;
+	h->dirty_low = h->dirty_bytes;
+}
+
+void sheaf_page_decay_tick(void)
+{
+	sheaf_mutex_lock(&sheaf_heap.lock, SHEAF_LOCK_HEAP);
+	if (sheaf_heap.dirty_bytes)
+		maybe_purge_locked();
+	sheaf_mutex_unlock(&sheaf_heap.lock, SHEAF_LOCK_HEAP);
 }
 
 /* A free run of @order or more from node @nid's lists, or its resident free block:
@@ -537,7 +563,6 @@ void sheaf_page_purge_all(void)
 		}
 	}
 	purge_locked(0);
-	h->dirty_bytes = 0;
 	sheaf_mutex_unlock(&h->lock, SHEAF_LOCK_HEAP);
 }
 

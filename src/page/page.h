@@ -75,13 +75,16 @@ struct sheaf_heap {
 	size_t nr_free_blocks, cap_free_blocks;
 	struct sheaf_list dirty_blocks[SHEAF_MAX_NODES]; /* free whole blocks not yet purged */
 	size_t dirty_bytes;                              /* free but still resident (approximate) */
-	uint64_t dirty_since_ns;                         /* when dirty_bytes last left 0 */
-	size_t mapped_bytes;                             /* pages handed to slabs (read racily) */
-	size_t returned_bytes; /* purged over the process life (read racily) */
-	size_t blocks_mapped;  /* blocks of address space held now (read racily) */
-	size_t holes;          /* blocks given up: something else was mapped there */
-	bool gate_closed;      /* sheaf_page_fast_gate(true): fast frees go slow */
+	size_t dirty_low;        /* the least dirty_bytes since decay_epoch_ns: what stayed
+				       unused through the whole epoch (page.c, decay) */
+	uint64_t decay_epoch_ns; /* start of the current decay epoch */
+	size_t mapped_bytes;     /* pages handed to slabs (read racily) */
+	size_t returned_bytes;   /* purged over the process life (read racily) */
+	size_t blocks_mapped;    /* blocks of address space held now (read racily) */
+	size_t holes;            /* blocks given up: something else was mapped there */
+	bool gate_closed;        /* sheaf_page_fast_gate(true): fast frees go slow */
 	unsigned purge_order;
+	uint64_t purge_ns; /* SHEAF_PURGE_MS: the decay time */
 };
 #define SHEAF_BLOCK_STILL_MAPPED 0x80000000u
 extern struct sheaf_heap sheaf_heap sheaf_hidden; /* hidden: RIP-relative loads on the fast paths */
@@ -91,6 +94,7 @@ int sheaf_page_init(void);
 void *sheaf_page_alloc(unsigned order, int nid); /* NULL + ENOMEM on failure */
 void sheaf_page_free(void *p, unsigned order, int nid);
 void sheaf_page_purge_all(void);     /* purge dirty free blocks */
+void sheaf_page_decay_tick(void);    /* purge what stayed unused for an epoch (reaper) */
 void sheaf_page_fork_register(void); /* rank HEAP of the fork walk (base/lock.h) */
 /* Fault injection for tests: the next @n page allocations succeed, then every one
  * fails (as if the heap were full) until reset with -1. */
