@@ -7,8 +7,12 @@
  *
  *  xmalloc   two producer threads fill batches of 4096 objects of 64 B, each
  *            batch's pointer array a 32,776-byte malloc (just above the
- *            largest size class); two consumer threads free the objects and
- *            the array.  At most 8 batches are in flight.
+ *            largest size class) and written over its first 64 bytes
+ *            (xmalloc-test writes up to 128); two consumer threads free the
+ *            objects and the array.  Batches are handed over on a stack
+ *            (last in, first out) of at most 100, as in xmalloc-test, so
+ *            the live set swings by up to 400,000 objects (26 MB) when one
+ *            side runs ahead of the other.
  *  large     20 live blocks of 5-25 MiB (uniform), one replaced at a time:
  *            the new block is allocated and zero-filled by the program, then
  *            the old one is freed (as a C++ unique_ptr assignment does).
@@ -67,7 +71,7 @@ static inline uint64_t sh_rand(uint64_t *s)
 /* ---- xmalloc: batches filled by two threads, freed by two others ---------------- */
 
 #define XM_BATCH    4096u
-#define XM_INFLIGHT 8u
+#define XM_INFLIGHT 100u /* xmalloc-test's batch_count_limit */
 
 struct xm_batch {
 	struct xm_batch *next;
@@ -77,9 +81,9 @@ struct xm_batch {
 struct xm_queue {
 	pthread_mutex_t lock;
 	pthread_cond_t more, room;
-	struct xm_batch *head, *tail; /* protected by lock */
-	unsigned n;                   /* batches queued; protected by lock */
-	unsigned producers_left;      /* protected by lock */
+	struct xm_batch *head;   /* top of the stack; protected by lock */
+	unsigned n;              /* batches queued; protected by lock */
+	unsigned producers_left; /* protected by lock */
 	struct bench_pool *p;
 	uint64_t batches; /* per producer */
 	_Atomic int failed;
@@ -100,23 +104,17 @@ static void *xm_producer(void *x)
 		for (unsigned i = 0; i < XM_BATCH; i++) {
 			char *o = p->malloc_fn(64);
 
-			if (!o) {
+			if (!o)
 				atomic_store(&q->failed, 1);
-				o = NULL;
-			} else {
-				o[0] = (char)i;
-			}
+			else
+				memset(o, (int)(i & 255), 64);
 			bt->obj[i] = o;
 		}
-		bt->next = NULL;
 		pthread_mutex_lock(&q->lock);
 		while (q->n >= XM_INFLIGHT && !atomic_load(&q->failed))
 			pthread_cond_wait(&q->room, &q->lock);
-		if (q->tail)
-			q->tail->next = bt;
-		else
-			q->head = bt;
-		q->tail = bt;
+		bt->next = q->head;
+		q->head = bt;
 		q->n++;
 		pthread_cond_signal(&q->more);
 		pthread_mutex_unlock(&q->lock);
@@ -142,8 +140,6 @@ static void *xm_consumer(void *x)
 		bt = q->head;
 		if (bt) {
 			q->head = bt->next;
-			if (!q->head)
-				q->tail = NULL;
 			q->n--;
 			pthread_cond_signal(&q->room);
 		}
@@ -666,7 +662,7 @@ static const struct bench_workload wl_shapes = {
 		"allocator benchmarks, written for this project, each run in a fresh child "
 		"process per allocator and run, in three rounds (every allocator once a round; the median time, and targets on the median of the per-round ratios; one round with --quick). xmalloc: "
 		"2 threads fill batches of 4096 x 64 B (each batch's pointer array 32,776 B) "
-		"that 2 other threads free; large: 20 live blocks of 5-25 MiB, one replaced "
+		"that 2 other threads free, handed over on a stack of at most 100 batches; large: 20 live blocks of 5-25 MiB, one replaced "
 		"at a time, each zero-filled; thread: 2 threads replace random slots of a "
 		"1024-slot array with 4 B-32 KiB blocks; simple: one thread allocates and "
 		"frees batches of 1-1600 blocks of 16-128 B; larson: blocks freed by the "
