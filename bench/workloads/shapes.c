@@ -17,14 +17,18 @@
  *            the new block is allocated and zero-filled by the program, then
  *            the old one is freed (as a C++ unique_ptr assignment does).
  *  thread    two threads, each replacing random slots of its own 1024-slot
- *            array with blocks of random sizes, 4 B..32 KiB log-uniform.
- *  simple    one thread: for sizes 16, 32, 64 and 128 B and batches of 1,
- *            25, 100, 400 and 1600, allocate the batch and free it.
+ *            array with blocks of random sizes, 4 B..32 KiB with density
+ *            1/n^2, writing every byte, as glibc's bench-malloc-thread does.
+ *  simple    one thread: for sizes 16, 32 and 64 B and batches of 25, 100,
+ *            400 and 1600, allocate the batch, writing every byte, and free
+ *            its first half in order and its second half in reverse order,
+ *            as glibc's bench-malloc-simple does.
  *  larson    server-like: two arrays of 5000 blocks of 8..1000 B; each round
  *            starts two new threads, each taking over the array the other
- *            thread used in the previous round, and replacing random blocks:
- *            most frees are of blocks another (now finished) thread
- *            allocated.
+ *            thread used in the previous round, and making larson's
+ *            100 x 5000 replacements of random blocks (two bytes written, one
+ *            read): the first frees of a round are of blocks another (now
+ *            finished) thread allocated.
  *
  * Every (shape, allocator) pair runs in a fresh child process
  * (`--child=shapes:<shape>:<allocator>`) so that its RSS is its own; the
@@ -234,23 +238,35 @@ struct th_arg {
 	int failed;
 };
 
+#define TH_SIZES   8000u
+#define TH_OFFSETS (4u * TH_SLOTS)
+
 static void *th_thread(void *x)
 {
 	struct th_arg *a = x;
 	void **slot = calloc(TH_SLOTS, sizeof(void *));
+	unsigned *size = malloc(TH_SIZES * sizeof(unsigned));
+	unsigned *off = malloc(TH_OFFSETS * sizeof(unsigned));
 	uint64_t rng = a->seed;
 
-	if (!slot) {
+	if (!slot || !size || !off) {
 		a->failed = 1;
+		free(slot);
+		free(size);
+		free(off);
 		return NULL;
 	}
+	/* bench-malloc-thread's tables: sizes 4 B .. 32 KiB with density 1/n^2 (half of
+	 * them 8 B or less, a mean of about 36 B), slots uniform; both replayed in turn. */
+	for (unsigned i = 0; i < TH_SIZES; i++) {
+		double u = (double)(sh_rand(&rng) >> 11) / (double)(1ull << 53);
+		size[i] = (unsigned)(1.0 / ((1.0 / 32768 - 1.0 / 4) * u + 1.0 / 4));
+	}
+	for (unsigned i = 0; i < TH_OFFSETS; i++)
+		off[i] = (unsigned)(sh_rand(&rng) % TH_SLOTS);
 	for (uint64_t i = 0; i < a->ops; i++) {
-		uint64_t r = sh_rand(&rng);
-		unsigned k = (unsigned)(r % TH_SLOTS);
-		/* log-uniform 4 B .. 32 KiB: a power of two 2^2..2^14, then a
-		 * size inside it (small sizes far more likely). */
-		unsigned lg = 2 + (unsigned)((r >> 10) % 13);
-		size_t n = ((size_t)1 << lg) + (size_t)((r >> 20) % ((size_t)1 << lg));
+		unsigned k = off[i % TH_OFFSETS];
+		size_t n = size[i % TH_SIZES];
 		char *o;
 
 		if (slot[k])
@@ -261,13 +277,16 @@ static void *th_thread(void *x)
 			a->failed = 1;
 			break;
 		}
-		o[0] = (char)i;
+		for (size_t g = 0; g < n; g++) /* every byte, as the original */
+			o[g] = (char)g;
 		slot[k] = o;
 	}
 	for (unsigned k = 0; k < TH_SLOTS; k++)
 		if (slot[k])
 			a->p->free_fn(slot[k]);
 	free(slot);
+	free(size);
+	free(off);
 	return NULL;
 }
 
@@ -298,10 +317,13 @@ static int sh_thread(struct bench_pool *p, bool quick)
 
 static int sh_simple(struct bench_pool *p, bool quick)
 {
-	static const size_t sizes[] = { 16, 32, 64, 128 };
-	static const unsigned batches[] = { 1, 25, 100, 400, 1600 };
+	/* bench-malloc-simple's sizes (16, 2 x 16, 4 x 16) and batches; each block is
+	 * written over its whole size, and a batch is freed half in the order it was
+	 * allocated, half in the reverse order. */
+	static const size_t sizes[] = { 16, 32, 64 };
+	static const unsigned batches[] = { 25, 100, 400, 1600 };
 	uint64_t per = quick ? 200000 : 1000000; /* blocks per (size, batch) */
-	void *v[1600];
+	char *v[1600];
 
 	for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
 		for (size_t b = 0; b < sizeof(batches) / sizeof(batches[0]); b++) {
@@ -316,10 +338,13 @@ static int sh_simple(struct bench_pool *p, bool quick)
 							p->free_fn(v[i]);
 						return -1;
 					}
-					o[0] = (char)i;
+					for (size_t g = 0; g < sizes[s]; g++)
+						o[g] = (char)g;
 					v[i] = o;
 				}
-				for (unsigned i = 0; i < nb; i++)
+				for (unsigned i = 0; i < nb / 2; i++)
+					p->free_fn(v[i]);
+				for (unsigned i = nb; i-- > nb / 2;)
 					p->free_fn(v[i]);
 			}
 		}
@@ -356,7 +381,10 @@ static void *la_thread(void *x)
 			a->failed = 1;
 			break;
 		}
-		o[0] = (char)i;
+		/* larson's own touch: two bytes written, one read */
+		((volatile char *)o)[0] = 'a';
+		(void)((volatile char *)o)[0];
+		((volatile char *)o)[1] = 'b';
 		a->slot[k] = o;
 	}
 	return NULL;
@@ -365,7 +393,9 @@ static void *la_thread(void *x)
 static int sh_larson(struct bench_pool *p, bool quick)
 {
 	void **arr[LA_THREADS];
-	unsigned rounds = quick ? 20 : 200;
+	/* Generations of threads; each thread makes larson's 100 x 5000 replacements
+	 * before the next one takes its array over. */
+	unsigned rounds = quick ? 1 : 4;
 	uint64_t rng = 4141;
 	int rc = 0;
 
@@ -394,7 +424,7 @@ static int sh_larson(struct bench_pool *p, bool quick)
 			 * previous round used. */
 			a[t] = (struct la_arg){ .p = p,
 						.slot = arr[(t + r) % LA_THREADS],
-						.ops = 2 * LA_SLOTS,
+						.ops = (quick ? 20 : 100) * LA_SLOTS,
 						.rng = rng + 977u * (r * LA_THREADS + t) };
 			started[t] = !pthread_create(&th[t], NULL, la_thread, &a[t]);
 			if (!started[t])
@@ -664,10 +694,10 @@ static const struct bench_workload wl_shapes = {
 		"2 threads fill batches of 4096 x 64 B (each batch's pointer array 32,776 B) "
 		"that 2 other threads free, handed over on a stack of at most 100 batches; large: 20 live blocks of 5-25 MiB, one replaced "
 		"at a time, each zero-filled; thread: 2 threads replace random slots of a "
-		"1024-slot array with 4 B-32 KiB blocks; simple: one thread allocates and "
-		"frees batches of 1-1600 blocks of 16-128 B; larson: blocks freed by the "
+		"1024-slot array with 4 B-32 KiB blocks (density 1/n^2, every byte written); simple: one thread allocates and "
+		"frees batches of 25-1600 blocks of 16-64 B, each written, half in order, half in reverse; larson: blocks freed by the "
 		"next thread (new threads each round take over the previous round's "
-		"arrays). Time in ms (median); peak = VmHWM above the RSS before the first "
+		"arrays; 500,000 replacements per thread, 4 rounds). Time in ms (median); peak = VmHWM above the RSS before the first "
 		"run, KiB; faults = minor page faults per run (a count: valid on a busy "
 		"machine).",
 	.run = sh_run,
