@@ -166,6 +166,7 @@ void *malloc_large_alloc(size_t n, size_t align, bool zero)
 		errno = ENOMEM;
 		return NULL;
 	}
+	CTR_INC(extent_allocs);
 	/* A program of large blocks only may never grow Sheaf's heap to the reaper's
 	 * threshold: its live extents count too, so that the ones it frees still go back
 	 * after the delay when it goes idle (once the core is initialised:

@@ -81,6 +81,26 @@ void sheaf_malloc_counters_get(struct sheaf_malloc_counters *out)
 	out->errors = atomic_load_explicit(&malloc_ctr.errors, memory_order_relaxed);
 }
 
+void sheaf_malloc_served(uint64_t *mallocs, uint64_t *frees)
+{
+	uint64_t m = atomic_load_explicit(&malloc_ctr.extent_allocs, memory_order_relaxed) +
+		     atomic_load_explicit(&malloc_ctr.boot_allocs, memory_order_relaxed);
+	uint64_t f = atomic_load_explicit(&malloc_ctr.extent_frees, memory_order_relaxed) +
+		     atomic_load_explicit(&malloc_ctr.boot_frees, memory_order_relaxed) +
+		     atomic_load_explicit(&malloc_ctr.foreign_frees, memory_order_relaxed);
+	for (unsigned int i = 0; i < SHEAF_SC_COUNT; i++) {
+		struct sheaf_cache *c =
+			atomic_load_explicit(&sheaf_malloc_classes[i], memory_order_acquire);
+		struct sheaf_stats st = { .size = sizeof(st) };
+		if (!c || sheaf_stats_get(c, &st) != 0)
+			continue;
+		m += st.events[SHEAF_STAT_ALLOC_FASTPATH] + st.events[SHEAF_STAT_ALLOC_SLOWPATH];
+		f += st.events[SHEAF_STAT_FREE_FASTPATH] + st.events[SHEAF_STAT_FREE_SLOWPATH];
+	}
+	*mallocs = m;
+	*frees = f;
+}
+
 /* Report an invalid use of the malloc API through the one reporter (base/error.h):
  * "sheaf: <kind>: cache '<class cache, or malloc>' address <ptr>: <fn>: <what>".
  * Aborts unless SHEAF_ON_ERROR=warn.  Never allocates. */
@@ -318,11 +338,14 @@ void sheaf_malloc_free_slow(void *p, struct sheaf_cache *c, const char *fn)
 			      p, sheaf_cache_name(c), (size_t)-1);
 		return;
 	}
-	if (is_boot(p))
+	if (is_boot(p)) {
+		CTR_INC(boot_frees);
 		return; /* bootstrap memory is never reused */
+	}
 	unsigned int vmas;
 	size_t len = malloc_extent_remove(p, &vmas);
 	if (len) {
+		CTR_INC(extent_frees);
 		malloc_extent_free(p, len, vmas);
 		return;
 	}

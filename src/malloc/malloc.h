@@ -250,6 +250,13 @@ struct sheaf_malloc_counters {
 	uint64_t errors;         /* invalid pointers or size mismatches reported */
 };
 void sheaf_malloc_counters_get(struct sheaf_malloc_counters *out);
+/* Blocks served since the process image started: *@mallocs handed out, *@frees taken
+ * back, size classes (their caches' allocation and free events, docs/stats.md) and
+ * large and bootstrap blocks alike; a free of another allocator's pointer (preload)
+ * counts as a free.  Read off the statistics, so it costs the calls nothing and a
+ * call of this a few microseconds per class (it locks each CPU of each class in turn,
+ * as sheaf_stats_get does). */
+void sheaf_malloc_served(uint64_t *mallocs, uint64_t *frees);
 
 /* Give every cached extent back to the OS now (tests; the normal path waits
  * SHEAF_MALLOC_EXTENT_DELAY_NS after the free). */

@@ -26,6 +26,9 @@ struct malloc_counters {
 	_Atomic uint64_t extent_maps, extent_reuses, extent_gathers, extent_moves, extent_merges,
 		extent_unmaps, extent_remaps;
 	_Atomic uint64_t boot_allocs, foreign_frees, errors;
+	/* Blocks outside the size classes handed out and taken back by the program's own
+	 * calls (a realloc's internal move is neither): sheaf_malloc_served(). */
+	_Atomic uint64_t extent_allocs, extent_frees, boot_frees;
 };
 extern struct malloc_counters malloc_ctr;
 #define CTR_INC(f) atomic_fetch_add_explicit(&malloc_ctr.f, 1, memory_order_relaxed)

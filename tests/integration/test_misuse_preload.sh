@@ -4,7 +4,7 @@
 # library's names and C++'s operator delete: free, realloc and delete of an interior
 # pointer, a delayed double free, a free after a moving realloc; each is one line
 # "sheaf: <kind>: cache '<class>' address <p>" and an abort (SHEAF_ON_ERROR=warn: the
-# program goes on).  SHEAF_MALLOC_STATS counts every call honestly: a program that
+# program goes on).  SHEAF_MALLOC_STATS counts every block honestly: a program that
 # frees all it allocates, through reallocs that move, shows equal counts.
 . "$2/src/malloc/preload/preload_test_lib.sh" "$1" "$2"
 CC=${CC:-gcc}

@@ -99,6 +99,44 @@ require_served 10000 sheaf-preload-check-cxx
 line=$(LD_PRELOAD=$LIB SHEAF_MALLOC_STATS=1 /bin/true 2>&1)
 echo "$line"
 grep -Eq '^sheaf-malloc: [0-9]+ mallocs, [0-9]+ frees$' <<<"$line"
+# The counts are read off the statistics at exit (no counting on the calls): a parent
+# that keeps 5000 blocks over a fork prints them, its child, which allocates and frees
+# 300 blocks of its own and leaves the parent's alone, prints its own only.
+cat >"$WORK/forkcount.c" <<'C'
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static void *volatile keep[5000];
+int main(void)
+{
+	for (int i = 0; i < 5000; i++)
+		keep[i] = malloc(40 + i % 200);
+	pid_t pid = fork();
+	if (pid == 0) {
+		for (int i = 0; i < 300; i++) {
+			void *volatile p = malloc(24);
+			free(p);
+		}
+		exit(0);
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	for (int i = 0; i < 5000; i++)
+		free(keep[i]);
+	return 0;
+}
+C
+cc -O1 -o "$WORK/forkcount" "$WORK/forkcount.c"
+LD_PRELOAD=$LIB SHEAF_MALLOC_STATS=$WORK/fork.txt "$WORK/forkcount"
+cat "$WORK/fork.txt"
+[ "$(wc -l <"$WORK/fork.txt")" -eq 2 ] || { echo "FAIL: two lines expected" >&2; exit 1; }
+read -r cm cf < <(sed -n '1s/^sheaf-malloc: \([0-9]*\) mallocs, \([0-9]*\) frees.*/\1 \2/p' "$WORK/fork.txt")
+read -r pm pf < <(sed -n '2s/^sheaf-malloc: \([0-9]*\) mallocs, \([0-9]*\) frees.*/\1 \2/p' "$WORK/fork.txt")
+[ "$cm" -ge 300 ] && [ "$cm" -lt 1000 ] && [ "$cf" -ge 300 ] && [ "$cf" -lt 1000 ] ||
+	{ echo "FAIL: the child's line counts $cm mallocs, $cf frees (300 of its own expected)" >&2; exit 1; }
+[ "$pm" -ge 5000 ] && [ "$pf" -ge 5000 ] ||
+	{ echo "FAIL: the parent's line counts $pm mallocs, $pf frees (5000 expected)" >&2; exit 1; }
+echo "fork: the child counts its own blocks ($cm, $cf), the parent all of its own ($pm, $pf): ok"
 # A small program stays single-threaded under the preload (the reaper starts
 # only once the heap is 16 MiB): unshare(CLONE_NEWUSER) refuses a
 # multi-threaded caller.  Checked where user namespaces work at all.

@@ -31,13 +31,14 @@
  * standard: the new_handler loop, then std::bad_alloc thrown through the
  * C++ runtime, both looked up only when memory has run out.
  *
- * Proof of service: every call is counted in thread-local counters folded
- * into global ones every 256 calls and at thread exit (a fork child starts
- * from zero);
- * SHEAF_MALLOC_STATS=1 prints "sheaf-malloc: N mallocs, M frees" on stderr at
- * exit, SHEAF_MALLOC_STATS=/path appends the line (with pid and program
- * name) to that file, which also works for programs that close stderr or
- * whose children's stderr is compared by tests.
+ * Proof of service: SHEAF_MALLOC_STATS=1 prints "sheaf-malloc: N mallocs, M frees"
+ * on stderr at exit, SHEAF_MALLOC_STATS=/path appends the line (with pid and program
+ * name) to that file, which also works for programs that close stderr or whose
+ * children's stderr is compared by tests.  The counts are read off the core's
+ * statistics at exit (sheaf_malloc_served), not counted on the calls: a thread-local
+ * count on every malloc and free was six of the 27 instructions of malloc's fast path
+ * (issue 17).  A child of fork prints its own blocks: the counts at the fork are
+ * taken in the parent just before it, when a line is asked for.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -59,68 +60,11 @@
 #define unlikely(x) __builtin_expect(!!(x), 0)
 #define EXPORT      __attribute__((visibility("default")))
 
-/* ---- Call counters -------------------------------------------------------------- */
-
-#define FOLD_EVERY 256u /* a power of two */
-
-/* Per-thread counts since the thread started; the part already added to the
- * totals is remembered, so each call is one increment and one test. */
-struct tcount {
-	uint64_t mallocs, frees;
-	uint64_t folded_mallocs, folded_frees;
-	uint32_t armed; /* the thread-exit key holds a value for this thread */
-};
-
-static __thread struct tcount tc; /* initial-exec, zero-initialised */
-static _Atomic uint64_t total_mallocs, total_frees;
-static pthread_key_t fold_key;
-static atomic_int fold_key_ok;
-
-static void fold(void)
-{
-	atomic_fetch_add_explicit(&total_mallocs, tc.mallocs - tc.folded_mallocs,
-				  memory_order_relaxed);
-	atomic_fetch_add_explicit(&total_frees, tc.frees - tc.folded_frees, memory_order_relaxed);
-	tc.folded_mallocs = tc.mallocs;
-	tc.folded_frees = tc.frees;
-}
-
-static void __attribute__((noinline)) fold_and_arm(void)
-{
-	fold();
-	/* Arm the key so the remainder is folded at thread exit.  Key indexes
-	 * below 32 live in the thread descriptor: setspecific does not
-	 * allocate (and if it did, the nested call would find tc.armed set). */
-	if (!tc.armed && atomic_load_explicit(&fold_key_ok, memory_order_acquire)) {
-		tc.armed = 1;
-		pthread_setspecific(fold_key, (void *)1);
-	}
-}
-
-static void fold_at_exit(void *arg)
-{
-	(void)arg;
-	fold();
-	tc.armed = 0; /* later calls (other destructors) arm again */
-}
-
-static inline void count_malloc(void)
-{
-	if (unlikely((++tc.mallocs & (FOLD_EVERY - 1)) == 0))
-		fold_and_arm();
-}
-
-static inline void count_free(void)
-{
-	if (unlikely((++tc.frees & (FOLD_EVERY - 1)) == 0))
-		fold_and_arm();
-}
+/* ---- Counts ------------------------------------------------------------------------- */
 
 void sheaf_preload_counts(uint64_t *mallocs, uint64_t *frees)
 {
-	fold();
-	*mallocs = atomic_load_explicit(&total_mallocs, memory_order_relaxed);
-	*frees = atomic_load_explicit(&total_frees, memory_order_relaxed);
+	sheaf_malloc_served(mallocs, frees);
 }
 
 /* ---- glibc's memory ------------------------------------------------------------- */
@@ -206,99 +150,53 @@ void sheaf_preload_foreign_free(void *ptr)
 
 /* ---- The C library's names ------------------------------------------------------------ */
 
-/* malloc and free fold their counts through a tail call, so that the common path
- * keeps nothing across a call: no register to save, no stack frame (issue 17). */
-static void *__attribute__((noinline)) malloc_fold(size_t n)
-{
-	fold_and_arm();
-	return sheaf_malloc_inline(n);
-}
-
-static void __attribute__((noinline)) free_fold(void *p)
-{
-	fold_and_arm();
-	sheaf_free_inline(p);
-}
-
 EXPORT void *malloc(size_t n)
 {
-	if (unlikely((++tc.mallocs & (FOLD_EVERY - 1)) == 0))
-		return malloc_fold(n);
 	return sheaf_malloc_inline(n);
 }
 
 EXPORT void free(void *p)
 {
-	if (likely(p != NULL) && unlikely((++tc.frees & (FOLD_EVERY - 1)) == 0)) {
-		free_fold(p);
-		return;
-	}
 	sheaf_free_inline(p);
 }
 
 EXPORT void *calloc(size_t nmemb, size_t size)
 {
-	count_malloc();
 	return sheaf_calloc(nmemb, size);
-}
-
-/* What a realloc did, in the counts' terms: from NULL, one malloc; to size 0 (glibc
- * frees), one free; moved, one malloc and one free; in place or failed, nothing.  A
- * program that frees everything it allocates then shows equal counts. */
-static inline void count_realloc(const void *old, const void *q, size_t n)
-{
-	if (!old) {
-		if (q)
-			count_malloc();
-	} else if (n == 0 && !q) {
-		count_free();
-	} else if (q && q != old) {
-		count_malloc();
-		count_free();
-	}
 }
 
 EXPORT void *realloc(void *p, size_t n)
 {
-	void *q = sheaf_realloc(p, n);
-	count_realloc(p, q, n);
-	return q;
+	return sheaf_realloc(p, n);
 }
 
 EXPORT void *reallocarray(void *p, size_t nmemb, size_t size)
 {
-	void *q = sheaf_malloc_reallocarray(p, nmemb, size);
-	count_realloc(p, q, nmemb && size ? 1 : 0);
-	return q;
+	return sheaf_malloc_reallocarray(p, nmemb, size);
 }
 
 EXPORT void *aligned_alloc(size_t align, size_t n)
 {
-	count_malloc();
 	return sheaf_aligned_alloc(align, n);
 }
 
 EXPORT int posix_memalign(void **memptr, size_t align, size_t n)
 {
-	count_malloc();
 	return sheaf_malloc_posix_memalign(memptr, align, n);
 }
 
 EXPORT void *memalign(size_t align, size_t n)
 {
-	count_malloc();
 	return sheaf_malloc_memalign(align, n);
 }
 
 EXPORT void *valloc(size_t n)
 {
-	count_malloc();
 	return sheaf_malloc_valloc(n);
 }
 
 EXPORT void *pvalloc(size_t n)
 {
-	count_malloc();
 	return sheaf_malloc_pvalloc(n);
 }
 
@@ -347,7 +245,6 @@ static void *__attribute__((noinline)) cxx_new_failed(size_t n, size_t al, bool 
 
 static inline void *cxx_new(size_t n, size_t al, bool nothrow)
 {
-	count_malloc();
 	void *p = al ? sheaf_aligned_alloc(al, n) : sheaf_malloc_inline(n);
 	if (likely(p != NULL))
 		return p;
@@ -356,15 +253,11 @@ static inline void *cxx_new(size_t n, size_t al, bool nothrow)
 
 static inline void cxx_delete(void *p)
 {
-	if (likely(p != NULL))
-		count_free();
 	sheaf_free_inline(p);
 }
 
 static inline void cxx_delete_sized(void *p, size_t n)
 {
-	if (likely(p != NULL))
-		count_free();
 	/* Checked against the class: a mismatch is a bug worth reporting. */
 	sheaf_free_sized(p, n);
 }
@@ -469,21 +362,26 @@ void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, sheaf_align_val_t al, const sh
 
 static char stats_dest[512]; /* SHEAF_MALLOC_STATS, copied at start */
 
-/* A child of fork counts its own calls (its line would otherwise repeat the
- * parent's counts up to the fork). */
-static void counts_reset_in_child(void)
+/* The line of a fork child counts its own blocks: the parent's counts are taken just
+ * before the fork (only when a line is asked for: it costs a few microseconds per size
+ * class) and the child subtracts them.  Registered after the core's handlers, so this
+ * prepare handler runs before the core's takes its locks. */
+static uint64_t fork_mallocs, fork_frees; /* the parent's, at its latest fork */
+static uint64_t base_mallocs, base_frees; /* this process's at its start */
+
+static void counts_at_fork(void)
 {
-	atomic_store_explicit(&total_mallocs, 0, memory_order_relaxed);
-	atomic_store_explicit(&total_frees, 0, memory_order_relaxed);
-	tc.folded_mallocs = tc.mallocs;
-	tc.folded_frees = tc.frees;
+	sheaf_malloc_served(&fork_mallocs, &fork_frees);
+}
+
+static void counts_base_in_child(void)
+{
+	base_mallocs = fork_mallocs;
+	base_frees = fork_frees;
 }
 
 static void __attribute__((constructor)) preload_start(void)
 {
-	if (pthread_key_create(&fold_key, fold_at_exit) == 0)
-		atomic_store_explicit(&fold_key_ok, 1, memory_order_release);
-	pthread_atfork(NULL, NULL, counts_reset_in_child);
 	/* Not in a setuid/setgid program (AT_SECURE): a path here would let anyone
 	 * append to a file with the program's privileges (base/options.c). */
 	const char *v = getauxval(AT_SECURE) ? NULL : getenv("SHEAF_MALLOC_STATS");
@@ -495,6 +393,8 @@ static void __attribute__((constructor)) preload_start(void)
 	/* Create the first class now, while the process is most likely still
 	 * single-threaded, so the core's start-up is out of the way. */
 	sheaf_free(sheaf_malloc(1)); /* (malloc/free would be elided as builtins) */
+	if (stats_dest[0])
+		pthread_atfork(counts_at_fork, NULL, counts_base_in_child);
 	/* The reaper starts later, once the heap is big (sheaf_malloc_reaper_start). */
 }
 
@@ -504,6 +404,8 @@ static void __attribute__((destructor)) preload_exit(void)
 		return;
 	uint64_t m, f;
 	sheaf_preload_counts(&m, &f);
+	m -= base_mallocs;
+	f -= base_frees;
 	char line[640];
 	int fd = 2, n;
 	if (stats_dest[0] == '/') {

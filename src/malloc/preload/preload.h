@@ -13,10 +13,14 @@
 
 #define SHEAF_PRELOAD_API __attribute__((visibility("default")))
 
-/* Calls served since start: every allocating call (malloc, calloc, realloc,
- * aligned forms, operator new) counts in *mallocs, every free or delete of a
- * non-NULL pointer in *frees.  Counts of threads still running are folded in
- * every 256 calls, so they may be a little behind. */
+/* Blocks served since the program started (a fork child's counts include its
+ * parent's up to the fork): every block an allocating call (malloc, calloc, realloc,
+ * aligned forms, operator new) handed out counts in *mallocs, every block a free,
+ * delete or realloc took back in *frees, and a free of another allocator's pointer
+ * too; a realloc in place counts nothing, a moving one a malloc and a free.  Read off
+ * the core's statistics (a few microseconds per size class), nothing is counted on
+ * the calls.  In per-thread mode (SHEAF_PERCPU=thread) the fast-path counts of a
+ * thread still running join at its next slow path, so they may be a little behind. */
 SHEAF_PRELOAD_API void sheaf_preload_counts(uint64_t *mallocs, uint64_t *frees);
 
 /* Opaque stand-ins for std::nothrow_t and std::align_val_t. */
