@@ -38,17 +38,18 @@
  * after they stay unused for a while (decay), not when they are freed: a program whose
  * live memory swings (a producer that fills a queue of batches a consumer frees later,
  * mimalloc-bench's xmalloc-test) would otherwise fault its working set in again on every
- * swing -- 342,000 minor faults and 3 s of system time in 5 s there, purging at 1/8 of the
- * mapped pages.  The rule is a low watermark per epoch of SHEAF_PURGE_MS / 2 (1 s by default): the
- * least the dirty total fell to during an epoch is memory no allocation needed in it,
- * and at the epoch's end that much is purged (the largest runs of SHEAF_PURGE_ORDER,
- * 64 KiB, or more; whole free blocks first, unmapped with their slices of the page map
- * and descriptor array).  So memory left unused for a whole epoch is given back at
- * its end, within the decay time (it picks the largest runs, not the oldest).  The epoch is checked on every page allocation and free and by the reaper's
- * rounds, so an idle program purges too.  A bound keeps a burst from holding its pages
- * for the decay time: above max(64 MiB, the pages in use) dirty, half of that is kept.
- * Shrink purges everything at once, so RSS returns to its starting point (issue: 1 GiB
- * burst test).
+ * swing -- 342,000 minor faults and 3 s of system time in 5 s there, purging beyond 1/8
+ * of the mapped pages.  The rule is a low watermark per epoch of half the decay time
+ * (SHEAF_PURGE_MS, 1 s by default): the least the dirty total fell to during an epoch is
+ * memory no allocation needed in it, and at the epoch's end that much is purged (the
+ * largest runs of SHEAF_PURGE_ORDER, 64 KiB, or more; whole free blocks first, unmapped
+ * with their slices of the page map and descriptor array).  So memory left unused for a
+ * whole epoch is given back at its end, within the decay time (the largest runs go, not
+ * the oldest).  The epoch is checked on every page allocation and free and by the
+ * reaper's rounds, so an idle program purges too.  A bound keeps a burst from holding
+ * its pages for the decay time: above max(64 MiB, the pages in use) dirty, half of that
+ * is kept.  Shrink purges everything at once, so RSS returns to its starting point
+ * (issue: 1 GiB burst test).
  *
  * Locking: sheaf_heap.lock protects the free lists, the block stack, the growth and the
  * pg_* fields of FREE descriptors.  It nests inside node->list_lock (design §4).
