@@ -44,6 +44,23 @@ static unsigned calculate_order(size_t slot)
 	return SHEAF_MAX_ORDER;
 }
 
+/* The internal metadata caches (sheaves, per-thread tables) take the smallest slab
+ * that holds one object with at most a quarter wasted: calculate_order's slabs of 32 KiB
+ * for the sheaves of 1.5-4 KiB made a small program hold 128 KiB of metadata slabs for
+ * a handful of sheaves (one slab per sheaf size, the adaptive capacity's steps), a third
+ * of the malloc shapes' peak RSS (docs/benchmarks.md, sixth session).  Metadata is
+ * taken on slow paths only, so more, smaller slabs cost nothing measurable. */
+static unsigned meta_order(size_t slot)
+{
+	for (unsigned o = 0; o < SHEAF_MAX_ORDER; o++) {
+		size_t slab = SHEAF_PAGE_SIZE << o;
+		size_t n = slab / slot;
+		if (n >= 1 && (slab - n * slot) * 4 <= slab)
+			return o;
+	}
+	return calculate_order(slot);
+}
+
 /* Capacity for a sheaf that fills one internal metadata class (K§3 step 2). */
 static uint32_t round_capacity(uint32_t cap)
 {
@@ -136,7 +153,8 @@ static void capacity_ladder_init(struct sheaf_cache *c, uint32_t cap, bool adapt
 	atomic_store(&c->capacity_adaptive, c->capacity_steps > 1);
 }
 
-static int compute_layout(struct sheaf_cache *c, size_t size, const struct sheaf_cache_args *a)
+static int compute_layout(struct sheaf_cache *c, size_t size, const struct sheaf_cache_args *a,
+			  bool meta)
 {
 	size_t align = a && a->align ? a->align : (size >= 16 ? 16 : 8);
 	if (align & (align - 1) || align > SHEAF_PAGE_SIZE)
@@ -172,7 +190,7 @@ static int compute_layout(struct sheaf_cache *c, size_t size, const struct sheaf
 		sheaf_debug_slab_layout(c);
 	if (c->slot_size > (SHEAF_PAGE_SIZE << SHEAF_MAX_ORDER))
 		return -EINVAL;
-	c->order = calculate_order(c->slot_size);
+	c->order = meta ? meta_order(c->slot_size) : calculate_order(c->slot_size);
 	c->objs_per_slab =
 		(uint32_t)SHEAF_MIN((SHEAF_PAGE_SIZE << c->order) / c->slot_size, SHEAF_MAX_OBJS);
 	c->slot_recip = (uint32_t)(((1ull << 32) + c->slot_size - 1) / c->slot_size);
@@ -479,7 +497,7 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size,
 		return NULL;
 	bool mark = cache_identity(c, name, args, meta);
 	/* Step 2: the slot layout. */
-	r = compute_layout(c, size, args);
+	r = compute_layout(c, size, args, meta);
 	uint32_t cap = 0;
 	if (!r)
 		r = cache_capacity_choose(c, args, meta, &cap);
