@@ -50,6 +50,7 @@ SHEAF_API int sheaf_stats_get(struct sheaf_cache *c, struct sheaf_stats *st)
 	snprintf(tmp.name, sizeof(tmp.name), "%s", c->name);
 	struct pcs_sum s;
 	memset(&s, 0, sizeof(s));
+	sheaf_pcs_harvest_self(c); /* per-thread mode: exact for the caller's own operations */
 	sheaf_pcs_for_each(c, sum_pcs, &s);
 	for (int i = 0; i < SHEAF_STAT_NR; i++)
 		tmp.events[i] =

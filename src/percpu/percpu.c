@@ -416,6 +416,25 @@ struct sheaf_pcs *sheaf_pcs_lock(struct sheaf_cache *c)
 	return pcs;
 }
 
+/* Per-thread mode: fold the calling thread's own fast-path counts of @c into its pcs,
+ * so that statistics this thread reads are exact for its own operations (another live
+ * thread's join at its next slow path).  Creates nothing.  In per-CPU mode
+ * sheaf_pcs_for_each harvests every CPU itself. */
+void sheaf_pcs_harvest_self(struct sheaf_cache *c)
+{
+	if (sheaf_reg.mode == SHEAF_MODE_PERCPU)
+		return;
+	struct sheaf_tcache *tc = sheaf_tls_tc;
+	if (!tc || c->id >= tc->n || !tc->pcs[c->id])
+		return;
+	struct sheaf_pcs *pcs = tc->pcs[c->id];
+	if (!thread_pcs_enter(pcs))
+		return; /* a fork is pending: the counts join later */
+	sheaf_pcs_harvest(pcs);
+	sheaf_pcs_rebase(pcs);
+	thread_pcs_leave(pcs);
+}
+
 void sheaf_pcs_unlock(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 {
 	sheaf_pcs_rebase(pcs);

@@ -145,6 +145,8 @@ int sheaf_percpu_init(void);
  * thread's own, created on first use).  NULL when it cannot (held by another, or no
  * memory): the caller falls back to the slab path (K§2.4). */
 struct sheaf_pcs *sheaf_pcs_lock(struct sheaf_cache *c);
+/* Per-thread mode: the calling thread's fast-path counts of @c folded in (statistics). */
+void sheaf_pcs_harvest_self(struct sheaf_cache *c);
 void sheaf_pcs_unlock(struct sheaf_cache *c, struct sheaf_pcs *pcs);
 /* The calling thread's tables (NULL until its first slow path); written only by the
  * thread itself (and cleared at its exit), so read without a lock. */
