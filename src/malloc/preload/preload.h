@@ -19,8 +19,9 @@
  * delete or realloc took back in *frees, and a free of another allocator's pointer
  * too; a realloc in place counts nothing, a moving one a malloc and a free.  Read off
  * the core's statistics (a few microseconds per size class), nothing is counted on
- * the calls.  In per-thread mode (SHEAF_PERCPU=thread) the fast-path counts of a
- * thread still running join at its next slow path, so they may be a little behind. */
+ * the calls.  In per-thread mode (SHEAF_PERCPU=thread, or no rseq) the fast-path
+ * counts of another thread still running join at its next slow path, so they may be
+ * a little behind; the calling thread's own are exact. */
 SHEAF_PRELOAD_API void sheaf_preload_counts(uint64_t *mallocs, uint64_t *frees);
 
 /* Opaque stand-ins for std::nothrow_t and std::align_val_t. */
