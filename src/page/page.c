@@ -407,6 +407,8 @@ static void purge_locked(size_t keep)
 static void maybe_purge_locked(void)
 {
 	struct sheaf_heap *h = &sheaf_heap;
+	if (!h->dirty_bytes)
+		return; /* nothing to purge, no clock to read; dirty_low is 0 */
 	size_t bound = SHEAF_MAX(PAGE_DIRTY_MIN, h->mapped_bytes);
 	if (h->purge_ns == 0 || h->dirty_bytes > bound)
 		purge_locked(h->purge_ns ? bound / 2 : 0);
@@ -423,8 +425,7 @@ static void maybe_purge_locked(void)
 void sheaf_page_decay_tick(void)
 {
 	sheaf_mutex_lock(&sheaf_heap.lock, SHEAF_LOCK_HEAP);
-	if (sheaf_heap.dirty_bytes)
-		maybe_purge_locked();
+	maybe_purge_locked();
 	sheaf_mutex_unlock(&sheaf_heap.lock, SHEAF_LOCK_HEAP);
 }
 

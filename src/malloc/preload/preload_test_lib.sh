@@ -24,7 +24,7 @@ if [ ! -f "$LIB" ]; then
 	exit 1
 fi
 
-WORK=$(mktemp -d /tmp/sheaf-preload.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/sheaf-preload.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 STATS=$WORK/malloc-stats.txt
 : >"$STATS"
