@@ -369,17 +369,18 @@ enum sheaf_batch_stop {
 			       objs[0..k) are where the search can see them */
 };
 
-/* sheaf_batch_check_p2's first step, for a plain cache whose mark is the second
- * word: four objects a round while they stay in the slab @slab, with one slab-and-start
+/* sheaf_batch_check_p2's rounds, for a plain cache whose mark is the second word: from
+ * objs[@i] on, four objects a round while they stay in one slab, with one slab-and-start
  * test (@test) for the four, then each mark (@fkey) tested and written in order, so that
- * a pointer given twice within the four finds the mark its first visit wrote.  7.5
- * instructions an object against 11 (issue 18, callgrind, bulk of 32).  Returns how
- * many objects passed; sheaf_batch_check_rest_p2 goes on from the one that stopped a
- * round (another slab, not a start, or marked: it finds the same again and says why). */
-sheaf_fast_inline size_t sheaf_batch_check_rounds(void *const *objs, size_t n, uintptr_t slab,
-						  uintptr_t test, uintptr_t fkey)
+ * a pointer given twice within the four finds the mark its first visit wrote.  @slab is
+ * the slab of an object that has passed (its page-map key is the run's).  7.5
+ * instructions an object against 11 (issue 18, callgrind, bulk of 32).  Returns where it
+ * stopped: n, or fewer than four left, or a round with another slab, not a start, or a
+ * mark (sheaf_batch_check_rest_p2 goes on from there one object at a time: it finds the
+ * same again and says why, or moves to the next slab). */
+sheaf_fast_inline size_t sheaf_batch_check_rounds(void *const *objs, size_t n, size_t i,
+						  uintptr_t slab, uintptr_t test, uintptr_t fkey)
 {
-	size_t i = 0;
 	for (; i + 4 <= n; i += 4) {
 		uintptr_t o0 = (uintptr_t)objs[i], o1 = (uintptr_t)objs[i + 1];
 		uintptr_t o2 = (uintptr_t)objs[i + 2], o3 = (uintptr_t)objs[i + 3];
@@ -458,9 +459,10 @@ sheaf_fast_inline size_t sheaf_batch_check_loop(const struct sheaf_cache *c, voi
 }
 
 /* The rest of a usual cache's run from objs[@i] (which stopped a round of
- * sheaf_batch_check_rounds, or one of the last three), one object at a time; out of
- * line (percpu/freecheck.c), so that the rounds before it keep their registers
- * (issue 18). */
+ * sheaf_batch_check_rounds, or one of the last three): the stopping round one object at
+ * a time (a new slab's key looked up, a mark or a bad pointer found again and named),
+ * then rounds again in the new slab.  Out of line (percpu/freecheck.c), so that the
+ * rounds before it keep their registers (issue 18). */
 size_t sheaf_batch_check_rest_p2(const struct sheaf_cache *c, void *const *objs, size_t n, size_t i,
 				 uintptr_t run, enum sheaf_batch_stop *stop);
 
@@ -475,7 +477,7 @@ sheaf_fast_inline size_t sheaf_batch_check_p2(const struct sheaf_cache *c, void 
 					      size_t n, uintptr_t run, enum sheaf_batch_stop *stop)
 {
 	const uintptr_t hi = ~c->slab_mask;
-	size_t i = sheaf_batch_check_rounds(objs, n, (uintptr_t)objs[0] & hi, hi | c->start_mask,
+	size_t i = sheaf_batch_check_rounds(objs, n, 0, (uintptr_t)objs[0] & hi, hi | c->start_mask,
 					    sheaf_free_key.v);
 	if (sheaf_likely(i == n)) {
 		*stop = SHEAF_BATCH_END;

@@ -90,10 +90,37 @@ bool sheaf_free_mark_take(struct sheaf_cache *c, void *obj)
 	return true;
 }
 
-/* fastpath.h sheaf_batch_check_p2's continuation: the general loop for the usual cache,
- * from objs[@i] (the rounds before passed in objs[0]'s slab). */
+/* fastpath.h sheaf_batch_check_p2's continuation, from objs[@i] (every object before
+ * it passed).  Until 2026-11-29 the general loop took every object from the first
+ * stopped round to the end, so a batch spread over several slabs was checked one object
+ * at a time after its first slab change: 36 % of a bulk of 128 x 256 B (perf, AMD EPYC).
+ * Now the loop takes the round that stopped (up to four objects) and the rounds go on in
+ * the slab of the last object that passed.  A batch whose objects change slabs every few
+ * (a bulk of 512, which passes through slabs) would then leave the rounds at once again
+ * and again: each time the rounds pass fewer than four rounds' worth, the loop's stretch
+ * doubles. */
 size_t sheaf_batch_check_rest_p2(const struct sheaf_cache *c, void *const *objs, size_t n, size_t i,
 				 uintptr_t run, enum sheaf_batch_stop *stop)
 {
-	return sheaf_batch_check_loop(c, objs, n, i, run, c->start_mask, false, true, stop);
+	const uintptr_t hi = ~c->slab_mask, test = hi | c->start_mask;
+	const uintptr_t fkey = sheaf_free_key.v;
+	size_t stretch = 4;
+	for (;;) {
+		/* The loop takes its slab from its objs[0]: one that passed (or objs[0]
+		 * itself, whose key the caller found to be @run). */
+		size_t b = i ? i - 1 : 0, end = i + SHEAF_MIN(n - i, stretch);
+		size_t j = b + sheaf_batch_check_loop(c, objs + b, end - b, i - b, run,
+						      c->start_mask, false, true, stop);
+		if (j < end)
+			return j; /* *stop says why */
+		if (end == n)
+			break;
+		i = sheaf_batch_check_rounds(objs, n, end, (uintptr_t)objs[end - 1] & hi, test,
+					     fkey);
+		if (i == n)
+			break;
+		stretch = i - end >= 16 ? 4 : 2 * stretch;
+	}
+	*stop = SHEAF_BATCH_END;
+	return n;
 }

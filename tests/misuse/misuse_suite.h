@@ -314,6 +314,43 @@ static void test_double_free_bulk_rounds(void)
 	sheaf_cache_free_bulk(ms_g, 8, ms_grp);
 	sheaf_cache_destroy(ms_g);
 }
+/* Issue 18: a bulk free spread over several slabs (300 objects of 64 bytes, 64 a slab):
+ * the batch check's rounds go on in each new slab (percpu/freecheck.c), and a double free
+ * or an interior pointer there, after the first slab changes, must be caught as well.
+ * ms_big: the first bulk allocation of a new cache, by the parent. */
+#define MS_BIG 300
+static struct sheaf_cache *ms_s;
+static void *ms_big[MS_BIG];
+/* @arg: the index that takes the bad pointer; the duplicate of ms_big[250] when it is
+ * below 300 (the object it replaces is leaked), ms_big[arg - 300] + 8 otherwise. */
+static void do_bulk_slabs(void *arg)
+{
+	static void *v[MS_BIG];
+	size_t at = (size_t)arg;
+	for (int i = 0; i < MS_BIG; i++)
+		v[i] = ms_big[i];
+	if (at < MS_BIG)
+		v[at] = ms_big[250];
+	else
+		v[at - MS_BIG] = (char *)ms_big[at - MS_BIG] + 8;
+	sheaf_cache_free_bulk(ms_s, MS_BIG, v);
+}
+static void test_bulk_slabs(void)
+{
+	ms_s = ms_new_cache("ms-s");
+	REQUIRE(sheaf_cache_alloc_bulk(ms_s, MS_BIG, ms_big) == MS_BIG);
+	ms_expect("free_bulk({300 objects over 5 slabs, a at 250 and 253})", do_bulk_slabs,
+		  (void *)(size_t)253, "double free", "ms-s", ms_big[250]);
+	ms_expect("free_bulk({300 objects over 5 slabs, a at 250 and 299})", do_bulk_slabs,
+		  (void *)(size_t)299, "double free", "ms-s", ms_big[250]);
+	ms_expect("free_bulk({300 objects over 5 slabs, a at 20 and 250})", do_bulk_slabs,
+		  (void *)(size_t)20, "double free", "ms-s", ms_big[250]);
+	ms_expect("free_bulk({300 objects over 5 slabs, p + 8 at 201})", do_bulk_slabs,
+		  (void *)(size_t)(MS_BIG + 201), "interior pointer", "ms-s",
+		  (char *)ms_big[201] + 8);
+	sheaf_cache_free_bulk(ms_s, MS_BIG, ms_big);
+	sheaf_cache_destroy(ms_s);
+}
 static void do_df_bulk_after_free(void *p)
 {
 	sheaf_cache_free(ms_a, p);
@@ -865,6 +902,7 @@ static int ms_main(void)
 	RUN(test_interior);
 	RUN(test_double_free);
 	RUN(test_double_free_bulk_rounds);
+	RUN(test_bulk_slabs);
 	RUN(test_no_false_report);
 	RUN(test_wrong_and_foreign);
 	RUN(test_handles);
