@@ -91,14 +91,14 @@ bool sheaf_free_mark_take(struct sheaf_cache *c, void *obj)
 }
 
 /* fastpath.h sheaf_batch_check_p2's continuation, from objs[@i] (every object before
- * it passed).  Until 2026-11-29 the general loop took every object from the first
- * stopped round to the end, so a batch spread over several slabs was checked one object
- * at a time after its first slab change: 36 % of a bulk of 128 x 256 B (perf, AMD EPYC).
- * Now the loop takes the round that stopped (up to four objects) and the rounds go on in
- * the slab of the last object that passed.  A batch whose objects change slabs every few
- * (a bulk of 512, which passes through slabs) would then leave the rounds at once again
- * and again: each time the rounds pass fewer than four rounds' worth, the loop's stretch
- * doubles. */
+ * it passed).  Until the seventh session of 2026-11-28 the general loop took every
+ * object from the first stopped round to the end, so a batch spread over several slabs
+ * was checked one object at a time after its first slab change: 36 % of a bulk of
+ * 128 x 256 B (perf, AMD EPYC).  Now the loop takes the round that stopped (up to four
+ * objects) and the rounds go on in the slab of the last object that passed.  A batch
+ * whose objects change slabs every few (a bulk of 512, which passes through slabs) would
+ * then leave the rounds at once again and again: each time the rounds pass fewer than
+ * four rounds' worth, the loop's stretch doubles. */
 size_t sheaf_batch_check_rest_p2(const struct sheaf_cache *c, void *const *objs, size_t n, size_t i,
 				 uintptr_t run, enum sheaf_batch_stop *stop)
 {
