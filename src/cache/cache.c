@@ -92,6 +92,11 @@ void *sheaf_cache_alloc_thread(struct sheaf_cache *c)
 	return alloc_thread(c, __builtin_return_address(0));
 }
 
+void *sheaf_cache_alloc_caller(struct sheaf_cache *c, const void *caller)
+{
+	return alloc_thread(c, caller);
+}
+
 SHEAF_API void *sheaf_cache_alloc(struct sheaf_cache *c)
 {
 #if SHEAF_HAVE_RSEQ

@@ -81,6 +81,9 @@ uint32_t sheaf_cache_default_capacity(const struct sheaf_cache *c);
 /* sheaf_cache_alloc without its restartable attempt, for the malloc front end, whose
  * inline attempt just failed (cache.c). */
 void *sheaf_cache_alloc_thread(struct sheaf_cache *c);
+/* The same with the call site a debug cache records given (@caller: the program's,
+ * for a front end that is not tail-called). */
+void *sheaf_cache_alloc_caller(struct sheaf_cache *c, const void *caller);
 struct sheaf_cache *sheaf_cache_create_class(const char *name, size_t size,
 					     const struct sheaf_cache_args *args);
 

@@ -290,8 +290,12 @@ static void xc_unmap(struct xc_node *v)
 
 bool malloc_address_space_limited(void)
 {
+	/* RLIMIT_DATA counts private writable mappings (Linux 4.7 on), so an anonymous
+	 * extent kept mapped holds it as it holds RLIMIT_AS. */
 	struct rlimit r;
-	return getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY;
+	if (getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+		return true;
+	return getrlimit(RLIMIT_DATA, &r) == 0 && r.rlim_cur != RLIM_INFINITY;
 }
 
 /* malloc_address_space_limited() for every freed extent, asked of the kernel at most every
@@ -546,8 +550,9 @@ void malloc_extent_unmap(void *p, size_t len)
  * stay within the byte bound. */
 void malloc_extent_free(void *p, size_t len, unsigned int vmas)
 {
-	/* Where address space is limited (RLIMIT_AS), a cached extent would
-	 * hold address space the program may need: it goes back at once. */
+	/* Where address space is limited (RLIMIT_AS or RLIMIT_DATA), a cached
+	 * extent would hold address space the program may need: it goes back at
+	 * once. */
 	uint64_t now = now_ns();
 	if (len > SHEAF_MALLOC_EXTENT_CACHE_ONE || vmas_count(vmas) > XC_VMAS_MAX ||
 	    xc_space_limited(now)) {

@@ -48,15 +48,12 @@ static void *large_map(size_t n, size_t align, size_t *len)
 		*len = exact;
 		p = map_aligned(*len, align);
 	}
-	if (!p) {
-		/* Out of address space: what the cache holds goes back first. */
-		size_t count, bytes;
-		sheaf_malloc_extent_cache_stat(&count, &bytes);
-		if (count) {
-			sheaf_malloc_extent_cache_drain();
-			*len = exact;
-			p = map_aligned(*len, align);
-		}
+	if (!p && sheaf_malloc_reclaim()) {
+		/* Out of address space or memory: what Sheaf keeps for reuse went back
+		 * (the extent cache, and the freed slabs and free heap blocks, which
+		 * otherwise wait for their decay); one more try. */
+		*len = exact;
+		p = map_aligned(*len, align);
 	}
 	return p;
 }
@@ -206,6 +203,8 @@ void *malloc_extent_resize(void *p, size_t len, size_t n)
 	 * can fail comes before the block moves, and a failure leaves it where it was
 	 * (realloc's contract); then mremap moves the pages over our own mapping. */
 	void *q = sheaf_sys_mmap(NULL, nlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
+	if (q == MAP_FAILED && sheaf_malloc_reclaim())
+		q = sheaf_sys_mmap(NULL, nlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
 	if (q == MAP_FAILED) {
 		errno = ENOMEM;
 		return NULL;

@@ -63,6 +63,10 @@ int *sheaf_malloc_errno_slow(void)
  * bootstrap arena.  Zero-initialised TLS, so it reads 0 even before the
  * loader has copied the TLS image (malloc may run that early). */
 __thread unsigned int malloc_tls_creating;
+/* Non-zero while this thread reclaims (sheaf_malloc_reclaim), or starts the reaper,
+ * whose pthread_create may allocate under the reaper's lock, under which a trim must
+ * not run. */
+static __thread unsigned int malloc_no_reclaim;
 
 struct malloc_counters malloc_ctr;
 
@@ -79,6 +83,7 @@ void sheaf_malloc_counters_get(struct sheaf_malloc_counters *out)
 	out->boot_allocs = atomic_load_explicit(&malloc_ctr.boot_allocs, memory_order_relaxed);
 	out->foreign_frees = atomic_load_explicit(&malloc_ctr.foreign_frees, memory_order_relaxed);
 	out->errors = atomic_load_explicit(&malloc_ctr.errors, memory_order_relaxed);
+	out->reclaims = atomic_load_explicit(&malloc_ctr.reclaims, memory_order_relaxed);
 }
 
 void sheaf_malloc_served(uint64_t *mallocs, uint64_t *frees)
@@ -381,8 +386,11 @@ static void *__attribute__((noinline)) no_class(size_t n, size_t align)
  * request is an extent. */
 void sheaf_malloc_reaper_start(void)
 {
-	if (!malloc_tls_creating)
+	if (!malloc_tls_creating) {
+		malloc_no_reclaim++;
 		sheaf_reaper_kick();
+		malloc_no_reclaim--;
+	}
 }
 
 void *sheaf_malloc_alloc_reaper(struct sheaf_cache *c)
@@ -391,7 +399,7 @@ void *sheaf_malloc_alloc_reaper(struct sheaf_cache *c)
 	return sheaf_malloc_class_slow(c);
 }
 
-void *sheaf_malloc_slow(size_t n)
+sheaf_noinline void *sheaf_malloc_slow(size_t n)
 {
 	if (n > SHEAF_SC_MAX)
 		return malloc_large_alloc(n, 0, false);
@@ -399,7 +407,11 @@ void *sheaf_malloc_slow(size_t n)
 	struct sheaf_cache *c = core_down() ? NULL : class_create(i);
 	if (!c)
 		return no_class(n, 0);
-	return sheaf_cache_alloc(c);
+	/* Tail-called: the return address is the program's (for a debug cache). */
+	const void *caller = __builtin_return_address(0);
+	int e = errno;
+	void *o = SHEAF_TRACK_ENABLED ? sheaf_cache_alloc(c) : sheaf_cache_alloc_caller(c, caller);
+	return o ? o : sheaf_malloc_class_retry(c, e, caller);
 }
 
 void *sheaf_malloc(size_t n)
@@ -589,7 +601,11 @@ void *sheaf_aligned_alloc(size_t align, size_t n)
 			if (!c)
 				return no_class(n, align);
 		}
-		return sheaf_cache_alloc(c);
+		const void *caller = __builtin_return_address(0);
+		int e = errno;
+		void *o = SHEAF_TRACK_ENABLED ? sheaf_cache_alloc(c) :
+						sheaf_cache_alloc_caller(c, caller);
+		return o ? o : sheaf_malloc_class_retry(c, e, caller);
 	}
 	return malloc_large_alloc(n ? n : 1, align, false);
 }
@@ -627,6 +643,44 @@ void sheaf_free_sized(void *p, size_t size)
 }
 
 /* ---- POSIX and glibc conventions (malloc/malloc.h) -------------------------------- */
+
+bool sheaf_malloc_reclaim(void)
+{
+	if (malloc_no_reclaim || malloc_tls_creating || sheaf_init_running_here())
+		return false;
+	malloc_no_reclaim++;
+	size_t count, bytes;
+	sheaf_malloc_extent_cache_stat(&count, &bytes);
+	size_t mapped = sheaf_rd(sheaf_heap.blocks_mapped);
+	size_t returned = sheaf_rd(sheaf_heap.returned_bytes);
+	(void)sheaf_malloc_trim();
+	bool gave = count != 0 || sheaf_rd(sheaf_heap.blocks_mapped) != mapped ||
+		    sheaf_rd(sheaf_heap.returned_bytes) != returned;
+	CTR_INC(reclaims);
+	malloc_no_reclaim--;
+	return gave;
+}
+
+sheaf_noinline void *sheaf_malloc_class_miss(struct sheaf_cache *c)
+{
+	/* Tail-called by the inline paths: the return address is the program's call
+	 * site, which a debug cache records. */
+	const void *caller = __builtin_return_address(0);
+	int e = errno;
+	void *o = SHEAF_TRACK_ENABLED ? sheaf_cache_alloc(c) : sheaf_cache_alloc_caller(c, caller);
+	return sheaf_likely(o != NULL) ? o : sheaf_malloc_class_retry(c, e, caller);
+}
+
+void *sheaf_malloc_class_retry(struct sheaf_cache *c, int e, const void *caller)
+{
+	if (errno != ENOMEM || !sheaf_malloc_reclaim()) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	void *o = sheaf_cache_alloc_caller(c, caller);
+	errno = o ? e : ENOMEM;
+	return o;
+}
 
 int sheaf_malloc_trim(void)
 {

@@ -102,9 +102,16 @@ static inline int sheaf_malloc_class_of(const struct sheaf_cache *c)
  * class index above), then the cache's per-CPU pop, inline. */
 /* A class cache's slow path, after the inline pops missed; ASan and Valgrind builds
  * (track.h) take sheaf_cache_alloc, which tracks the object its own pop returns. */
+/* Memory exhaustion: sheaf_malloc_reclaim(), then one more try of class cache @c; @e is
+ * errno before the first try (kept on success), @caller the program's call site (for a
+ * debug cache).  malloc.c; cold. */
+void *sheaf_malloc_class_retry(struct sheaf_cache *c, int e, const void *caller);
+/* The class cache's slow path with that retry; out of line (malloc.c), so that the
+ * inline paths keep one tail call and no saved register (tools/fastpath-golden.sh). */
+void *sheaf_malloc_class_miss(struct sheaf_cache *c);
 static inline void *sheaf_malloc_class_slow(struct sheaf_cache *c)
 {
-	return SHEAF_TRACK_ENABLED ? sheaf_cache_alloc(c) : sheaf_cache_alloc_thread(c);
+	return sheaf_malloc_class_miss(c);
 }
 
 sheaf_fast_inline void *sheaf_malloc_inline(size_t n)
@@ -232,6 +239,15 @@ void *sheaf_malloc_reallocarray(void *ptr, size_t nmemb, size_t size);
  * (sheaves, barns and empty slabs back to the OS).  1 if extents were
  * released, else 0 (the core does not report what shrinking freed). */
 int sheaf_malloc_trim(void);
+/* An allocation failed with ENOMEM (the kernel refused a mapping: RLIMIT_AS,
+ * RLIMIT_DATA, the commit limit): what Sheaf keeps for reuse goes back at once, as
+ * sheaf_malloc_trim() gives it (the extent cache, every class cache's sheaves, barns
+ * and empty slabs, the page heap's free blocks, which otherwise wait for the decay,
+ * SHEAF_PURGE_MS), so that memory a program freed serves its next allocation.  True
+ * when anything went back (the caller then tries once more); false without trying
+ * when re-entered, or from inside the core's start or a class's creation.  Allocates
+ * nothing. */
+bool sheaf_malloc_reclaim(void);
 
 /* Counters of the front end's own paths (not per call: see the preload
  * library for call counts).  Read racily; for tests and the stats line. */
@@ -248,6 +264,8 @@ struct sheaf_malloc_counters {
 	uint64_t boot_allocs;    /* re-entrant allocations served by the bootstrap arena */
 	uint64_t foreign_frees;  /* pointers of another allocator passed to free */
 	uint64_t errors;         /* invalid pointers or size mismatches reported */
+	uint64_t reclaims;       /* allocations that failed with ENOMEM and gave back what
+				   * Sheaf kept before they tried again (sheaf_malloc_reclaim) */
 };
 void sheaf_malloc_counters_get(struct sheaf_malloc_counters *out);
 /* Blocks served since the process image started: *@mallocs handed out, *@frees taken

@@ -29,6 +29,7 @@ struct malloc_counters {
 	/* Blocks outside the size classes handed out and taken back by the program's own
 	 * calls (a realloc's internal move is neither): sheaf_malloc_served(). */
 	_Atomic uint64_t extent_allocs, extent_frees, boot_frees;
+	_Atomic uint64_t reclaims; /* sheaf_malloc_reclaim() after an ENOMEM */
 };
 extern struct malloc_counters malloc_ctr;
 #define CTR_INC(f) atomic_fetch_add_explicit(&malloc_ctr.f, 1, memory_order_relaxed)
@@ -91,7 +92,7 @@ size_t malloc_extent_len(size_t n);
 void malloc_extent_take(size_t need, size_t align, struct malloc_extent_pick *pk);
 /* Unmap the extent @p of @len bytes (counted; a failure is reported). */
 void malloc_extent_unmap(void *p, size_t len);
-/* RLIMIT_AS is set (asked of the kernel). */
+/* RLIMIT_AS or RLIMIT_DATA is set (asked of the kernel). */
 bool malloc_address_space_limited(void);
 /* A freed extent into the cache (or back to the OS). */
 void malloc_extent_free(void *p, size_t len, unsigned int vmas);
