@@ -247,6 +247,25 @@ static sheaf_noinline __attribute__((aligned(64))) size_t bulk_check(struct shea
 	return sheaf_free_batch_check(c, objs, n, key, stop);
 }
 
+/* The object that stopped a run holding the free mark (maybe a double free), once the
+ * run before it is in sheaves: true when it is live after all (its mark taken), false
+ * when a double free was reported.  Its slab may have gone meanwhile: the run may have
+ * filled sheaves that went back to slabs, and emptied and released the object's own
+ * (when the object was free: [a, ..., a] or an object freed before the call).  A live
+ * object keeps its slab, so a key that is no longer the one checked means the object
+ * was free: reported without reading it (its page may belong to another slab now, or
+ * to none).  Until 2026-11-28 the mark was read there and, found nowhere, the object
+ * was taken for a live one and freed again (an adversarial run, 2,000 objects of 4 KB). */
+static bool bulk_marked_ok(struct sheaf_cache *c, void *obj, uintptr_t key)
+{
+	if (sheaf_unlikely(sheaf_page_key(obj) != key)) {
+		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj,
+			    "the object is already free (its slab was emptied by this call)");
+		return false;
+	}
+	return sheaf_free_mark_take(c, obj); /* otherwise a double free, reported */
+}
+
 /* What follows a run's check: @objs[@done..@k) of that run still to be put on sheaves
  * (checked, key @key), then the object that stopped it (@stop), then the runs after
  * it, each checked as a whole (every check of a single free, slab/freecheck.h) and
@@ -268,7 +287,7 @@ static sheaf_noinline void free_bulk_runs(struct sheaf_cache *c, size_t n, void 
 			}
 		} else if (stop == SHEAF_BATCH_MARKED) {
 			void *obj = objs[i++];
-			if (sheaf_free_mark_take(c, obj)) /* otherwise a double free, reported */
+			if (bulk_marked_ok(c, obj, key))
 				free_checked(c, &obj, 1, key);
 		}
 		if (i >= n)

@@ -250,8 +250,17 @@ struct sheaf_slab *sheaf_slab_check_obj(struct sheaf_cache *c, const void *obj, 
 {
 	struct sheaf_slab *s = sheaf_page_slab(obj);
 	if (sheaf_unlikely(!s || sheaf_rd(s->pg_kind) != SHEAF_PG_SLAB)) {
-		sheaf_error(SHEAF_ERR_INVALID_POINTER, c->name, obj,
-			    "%s of a pointer Sheaf did not allocate", op);
+		/* Inside the heap, on a page no slab holds: an object whose slab was
+		 * emptied and given back (a double free after a shrink), or a stray
+		 * pointer; which one cannot be told. */
+		if ((uintptr_t)obj - (uintptr_t)sheaf_heap.base < sheaf_rd(sheaf_heap.size))
+			sheaf_error(SHEAF_ERR_INVALID_POINTER, c->name, obj,
+				    "%s of a pointer into memory Sheaf holds free (freed "
+				    "before, its slab since given back: a double free?)",
+				    op);
+		else
+			sheaf_error(SHEAF_ERR_INVALID_POINTER, c->name, obj,
+				    "%s of a pointer Sheaf did not allocate", op);
 		return NULL;
 	}
 	struct sheaf_cache *owner = s->sl_node->cache;

@@ -351,6 +351,65 @@ static void test_bulk_slabs(void)
 	sheaf_cache_free_bulk(ms_s, MS_BIG, ms_big);
 	sheaf_cache_destroy(ms_s);
 }
+/* A double free in a bulk call whose earlier objects empty the duplicate's slab
+ * (cache/bulk.c bulk_marked_ok): 2,000 survivors of 6,000 objects (every third kept,
+ * the others freed), shuffled, with sheaves of 7, so that the call flushes sheaves to
+ * slabs and releases slabs before it reaches the duplicate.  The object was read there
+ * and, found nowhere, taken for a live one and freed again: handed out twice later
+ * (an adversarial run of 2026-11-28).  ms_ev: the survivors, allocated by the parent;
+ * @arg: 0 for [b, a, ..., a], 1 for a freed before the call and passed last. */
+#define MS_EV 2000
+static struct sheaf_cache *ms_e;
+static void *ms_ev[MS_EV], *ms_epre;
+static void do_bulk_emptied(void *arg)
+{
+	static void *v[MS_EV];
+	for (int i = 0; i < MS_EV; i++)
+		v[i] = ms_ev[i];
+	if (arg) {
+		sheaf_cache_free(ms_e, ms_epre);
+		v[MS_EV - 1] = ms_epre;
+	} else {
+		v[MS_EV - 1] = v[1];
+	}
+	sheaf_cache_free_bulk(ms_e, MS_EV, v);
+}
+static void test_bulk_emptied_slab(void)
+{
+	struct sheaf_cache_args a = { .sheaf_capacity = 7 };
+	if (MS_FLAVOR == MS_CTOR)
+		a.ctor = ms_ctor;
+	if (MS_FLAVOR == MS_TYPESAFE)
+		a.flags = SHEAF_TYPESAFE_BY_RCU;
+	ms_e = sheaf_cache_create("ms-e", MS_SIZE, &a);
+	REQUIRE(ms_e);
+	static void *all[3 * MS_EV];
+	REQUIRE(sheaf_cache_alloc_bulk(ms_e, 3 * MS_EV, all) == 3 * MS_EV);
+	int k = 0;
+	for (int i = 0; i < 3 * MS_EV; i++) {
+		if (i % 3 == 0)
+			ms_ev[k++] = all[i];
+		else
+			sheaf_cache_free(ms_e, all[i]);
+	}
+	uint64_t r = 12345;
+	for (int i = MS_EV - 1; i > 0; i--) {
+		r = r * 6364136223846793005ull + 1442695040888963407ull;
+		int j = (int)((r >> 33) % (uint64_t)(i + 1));
+		void *t = ms_ev[i];
+		ms_ev[i] = ms_ev[j];
+		ms_ev[j] = t;
+	}
+	ms_epre = sheaf_cache_alloc(ms_e);
+	REQUIRE(ms_epre);
+	ms_expect("free_bulk({2000 objects over emptied slabs, a at 1 and 1999})", do_bulk_emptied,
+		  (void *)0, "double free", "ms-e", ms_ev[1]);
+	ms_expect("free a; free_bulk({2000 objects over emptied slabs, a last})", do_bulk_emptied,
+		  (void *)1, "double free", "ms-e", ms_epre);
+	sheaf_cache_free(ms_e, ms_epre);
+	sheaf_cache_free_bulk(ms_e, MS_EV, ms_ev);
+	sheaf_cache_destroy(ms_e);
+}
 static void do_df_bulk_after_free(void *p)
 {
 	sheaf_cache_free(ms_a, p);
@@ -903,6 +962,7 @@ static int ms_main(void)
 	RUN(test_double_free);
 	RUN(test_double_free_bulk_rounds);
 	RUN(test_bulk_slabs);
+	RUN(test_bulk_emptied_slab);
 	RUN(test_no_false_report);
 	RUN(test_wrong_and_foreign);
 	RUN(test_handles);
