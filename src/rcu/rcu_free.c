@@ -160,8 +160,10 @@ int rcu_wait_prepare(const struct rcu_ops *ops, const struct sheaf_cache *c)
 		ops->offline();
 		return 1;
 	}
+	/* @c is NULL for the global barrier (sheaf_rcu_barrier): the line names no cache
+	 * ("?") and no address. */
 	sheaf_error(
-		SHEAF_ERR_RCU, c->name, c,
+		SHEAF_ERR_RCU, c ? c->name : NULL, c,
 		"RCU barrier called inside an RCU read-side critical section (it would deadlock); skipped");
 	return -1;
 }

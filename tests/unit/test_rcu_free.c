@@ -531,9 +531,25 @@ static void barrier_in_reader_child(void)
 	_exit(0);
 }
 
+/* The global barrier in a reader: its report names no cache (it crashed in the
+ * reporter, reading the name of a NULL cache, until 2026-11-28). */
+static void global_barrier_in_reader_child(void)
+{
+	struct sheaf_cache *c = mk("rcu-in-reader-g", 8, 0);
+	sheaf_cache_free_rcu(c, sheaf_cache_alloc(c));
+	urcu_memb_register_thread();
+	urcu_memb_read_lock();
+	sheaf_rcu_barrier(); /* would deadlock: reported */
+	_exit(0);
+}
+
 static void test_misuse(void)
 {
 	struct th_child r;
+	run_child("global-barrier-in-reader", NULL, &r);
+	CHECKF(r.signaled && r.sig == SIGABRT && strstr(r.err, "sheaf: rcu misuse: cache '?'") &&
+		       strstr(r.err, "read-side critical section"),
+	       "%s", r.err);
 	run_child("double-free", NULL, &r);
 	CHECKF(r.signaled && strstr(r.err, "double free"), "%s", r.err);
 	run_child("barrier-in-reader", NULL, &r);
@@ -552,6 +568,8 @@ int main(int argc, char **argv)
 			double_free_child();
 		else if (!strcmp(argv[1], "barrier-in-reader"))
 			barrier_in_reader_child();
+		else if (!strcmp(argv[1], "global-barrier-in-reader"))
+			global_barrier_in_reader_child();
 		return 2;
 	}
 	RUN(test_barrier_stats);
