@@ -36,6 +36,19 @@ static void sum_pcs(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
 
 void sheaf_pcs_stats_gauge(struct sheaf_cache *c, uint64_t *in_pcs, uint64_t *slots);
 
+/* Objects in the prefilled sheaves the program holds: taken from the slabs (so in
+ * objects_inuse) but not handed out yet (sheaf_stats.h objects_cached). */
+static uint64_t prefilled_objects(struct sheaf_cache *c)
+{
+	uint64_t n = 0;
+	sheaf_mutex_lock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
+	const struct sheaf_list *pos;
+	for (pos = c->prefilled.next; pos != &c->prefilled; pos = pos->next)
+		n += sheaf_rd(sheaf_container_of(pos, struct sheaf_sheaf, link)->size);
+	sheaf_mutex_unlock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
+	return n;
+}
+
 SHEAF_API int sheaf_stats_get(struct sheaf_cache *c, struct sheaf_stats *st)
 {
 	if (!c || !st)
@@ -73,7 +86,8 @@ SHEAF_API int sheaf_stats_get(struct sheaf_cache *c, struct sheaf_stats *st)
 	tmp.objects_total = tmp.slabs * c->objs_per_slab;
 	tmp.rcu_inflight_sheaves = (uint64_t)atomic_load(&c->rcu_inflight_sheaves);
 	tmp.rcu_inflight_objects = (uint64_t)atomic_load(&c->rcu_inflight_objects);
-	tmp.objects_cached = tmp.objects_in_pcs + tmp.objects_in_barns + tmp.rcu_inflight_objects;
+	tmp.objects_cached = tmp.objects_in_pcs + tmp.objects_in_barns + tmp.rcu_inflight_objects +
+			     prefilled_objects(c);
 	tmp.bytes_from_os = tmp.slabs * (SHEAF_PAGE_SIZE << c->order);
 	tmp.bytes_returned = atomic_load(&c->bytes_returned);
 	tmp.nodes = (uint64_t)sheaf_g.nnodes;
