@@ -475,7 +475,15 @@ static bool class_ptr_ok(struct sheaf_cache *c, const void *p, const char *fn)
 	}
 	if (c->free_mark && unlikely(*sheaf_mark_word(c, p) == sheaf_free_key.v)) {
 		CTR_INC(errors);
-		return sheaf_free_mark_check(c, p);
+		/* Only a free, or a realloc (which frees), of a free block is a double
+		 * free; malloc_usable_size of one is a use after free. */
+		if (strcmp(fn, "malloc_usable_size") != 0)
+			return sheaf_free_mark_check(c, p);
+		if (!sheaf_free_mark_confirmed(c, p))
+			return true;
+		malloc_report(SHEAF_ERR_INVALID_POINTER, fn, "the block is free (a use after free)",
+			      p, c->name, (size_t)-1);
+		return false;
 	}
 	/* ASan builds track freed objects themselves instead of the mark (slab/track.h). */
 	if (SHEAF_TRACK_ASAN && sheaf_track_cache(c) && sheaf_track_asan_ok(c) &&

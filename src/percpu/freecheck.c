@@ -82,6 +82,11 @@ bool sheaf_free_mark_check(struct sheaf_cache *c, const void *obj)
 	return true;
 }
 
+bool sheaf_free_mark_confirmed(struct sheaf_cache *c, const void *obj)
+{
+	return *sheaf_mark_word(c, obj) == sheaf_free_key.v && sheaf_free_confirm(c, obj);
+}
+
 bool sheaf_free_mark_take(struct sheaf_cache *c, void *obj)
 {
 	if (!sheaf_free_mark_check(c, obj))

@@ -137,6 +137,8 @@ struct sheaf_node *sheaf_pcs_mem_node(struct sheaf_cache *c, struct sheaf_pcs *p
  * double free (searched in every sheaf, barn and slab, and the RCU layer's pending
  * objects); _take also marks it free.  No lock held. */
 bool sheaf_free_mark_check(struct sheaf_cache *c, const void *obj);
+/* Is @obj, whose free mark holds the key, really free (the same search, no report)? */
+bool sheaf_free_mark_confirmed(struct sheaf_cache *c, const void *obj);
 bool sheaf_free_mark_take(struct sheaf_cache *c, void *obj);
 
 /* ---- percpu.c: per-CPU/per-thread state, locking, thread exit, fork ---------------- */

@@ -48,6 +48,11 @@ static void do_usable_interior(void *p)
 {
 	sheaf_usable_size((char *)p + 8);
 }
+static void do_usable_freed(void *p)
+{
+	sheaf_free(p);
+	sheaf_usable_size(p);
+}
 
 static void test_interior(void)
 {
@@ -61,6 +66,9 @@ static void test_interior(void)
 	       p + 8);
 	expect("free_sized(p + 8)", do_free_sized_interior, p, "interior pointer", cn, p + 8);
 	expect("malloc_usable_size(p + 8)", do_usable_interior, p, "interior pointer", cn, p + 8);
+	/* Of a freed block: a use after free, not a double free (nothing was freed twice;
+	 * it said "double free" until 2026-11-28). */
+	expect("free(p); malloc_usable_size(p)", do_usable_freed, p, "invalid pointer", cn, p);
 	sheaf_free(p);
 	/* A class whose size is not a power of two: p + 16 is 16-aligned but no start. */
 	char *q = sheaf_malloc(48);
