@@ -121,7 +121,9 @@ static int parse_into(struct opt *o, const char *v)
 	char *end;
 	int saved = errno;
 	errno = 0;
-	long l = strtol(v, &end, 0);
+	/* Decimal, or hex after "0x": a leading zero is not octal ("010" is ten). */
+	bool hex = v[0] == '0' && (v[1] == 'x' || v[1] == 'X');
+	long l = strtol(v, &end, hex ? 16 : 10);
 	int e = errno;
 	errno = saved;
 	if (e || end == v || *end || l < o->min || l > o->max)
