@@ -41,7 +41,10 @@ struct sheaf_cache;
 struct sheaf_prefilled;
 
 /* Cache flags (struct sheaf_cache_args.flags). */
-#define SHEAF_HWCACHE_ALIGN 0x0001u /* align objects to cache lines (64 B) */
+/* Align objects to cache lines (64 B); as the kernel's SLAB_HWCACHE_ALIGN, an object
+ * of at most half a line gets the largest power-of-two fraction of a line that still
+ * holds it (16 B objects: 16-byte aligned, four to a line, none across two lines). */
+#define SHEAF_HWCACHE_ALIGN 0x0001u
 #define SHEAF_TYPESAFE_BY_RCU \
 	0x0002u                         /* slab memory returns to the OS only after an RCU
                                           grace period; objects may be reused at once */
