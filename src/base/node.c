@@ -87,6 +87,12 @@ static void topology_fake(const char *fake, int ncpus)
 		for (int i = 1; i < n; i++)
 			if (bits[i])
 				sheaf_g.node_has_mem[i] = 0;
+		/* Node 0 always keeps memory; a node past the last names none. */
+		for (int i = 0; i < SHEAF_MAX_NODES; i++)
+			if (bits[i] && (i == 0 || i >= n))
+				sheaf_os_print("sheaf: SHEAF_FAKE_NUMA='%s': node %d cannot be "
+					       "memoryless (nodes 1..%ld may be); ignored",
+					       fake, i, n - 1);
 	}
 	for (int c = 0; c < ncpus; c++)
 		sheaf_g.cpu_node[c] = (int)(c % n);

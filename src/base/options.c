@@ -88,6 +88,22 @@ static bool is_choice(const char *choices, const char *v)
 	return false;
 }
 
+/* SHEAF_SLAB_DEBUG: blocks separated by ';', each the kernel's slab_debug= letters
+ * (F Z P U T A O, '-'; any case), then optionally ',' and cache names. */
+static bool slab_debug_ok(const char *v)
+{
+	bool letters = true;
+	for (; *v; v++) {
+		if (*v == ';')
+			letters = true;
+		else if (*v == ',')
+			letters = false;
+		else if (letters && !strchr("FZPUTAO-", toupper((unsigned char)*v)))
+			return false;
+	}
+	return true;
+}
+
 /* Parse @v into @o, strictly: a number must be all digits (decimal, or 0x hex), fit a
  * long and lie in [min, max]; a word must be one of the choices.  On error @o keeps
  * its value (the default, or an earlier source). */
@@ -96,6 +112,8 @@ static int parse_into(struct opt *o, const char *v)
 	if (o->type == OPT_STR) {
 		size_t n = strlen(v);
 		if (n >= sizeof(o->sval) || (o->choices && !is_choice(o->choices, v)))
+			return -EINVAL;
+		if (o == &opts[SHEAF_OPT_SLAB_DEBUG] && !slab_debug_ok(v))
 			return -EINVAL;
 		memcpy(o->sval, v, n + 1);
 		for (size_t i = 0; o->choices && i < n; i++)
@@ -143,18 +161,32 @@ static void bad_value(const char *src, const struct opt *o, const char *v)
 			  o == &opts[SHEAF_OPT_STATS] ? "0, 1 or json" : "0 or 1");
 	else if (o->choices)
 		sheaf_fmt(what, sizeof(what), "one of %s", o->choices);
+	else if (o == &opts[SHEAF_OPT_SLAB_DEBUG])
+		sheaf_fmt(what, sizeof(what),
+			  "letters of F Z P U T A O -, then ',' and cache names");
 	else
 		sheaf_fmt(what, sizeof(what), "at most %zu characters", sizeof(o->sval) - 1);
 	sheaf_os_print("sheaf: %s%sSHEAF_%s='%s' ignored: accepted %s (keeping %s)", src ? src : "",
-		       src ? ": " : "", o->name, v, what, o->type == OPT_STR ? o->sval : o->def);
+		       src ? ": " : "", o->name, v, what,
+		       o->type != OPT_STR ? o->def : o->sval[0] ? o->sval : "none");
 }
 
-static struct opt *find(const char *name)
+static struct opt *find_exact(const char *name)
 {
 	for (int i = 0; i < SHEAF_OPT_NR; i++)
 		if (!strcasecmp(opts[i].name, name))
 			return &opts[i];
 	return NULL;
+}
+
+/* An option by its name with or without the SHEAF_ prefix ("SHEAF_SHEAF_CAPACITY",
+ * "SHEAF_CAPACITY", "sheaf_capacity"), alike in SHEAF_OPTIONS and sheaf_option_set. */
+static struct opt *find(const char *name)
+{
+	struct opt *o = find_exact(name);
+	if (!o && !strncasecmp(name, "SHEAF_", 6))
+		o = find_exact(name + 6);
+	return o;
 }
 
 static void apply_combined(const char *s)
@@ -166,8 +198,10 @@ static void apply_combined(const char *s)
 	char *p = buf;
 	while (p && *p) {
 		char *eq = strchr(p, '=');
-		if (!eq)
+		if (!eq) {
+			sheaf_os_print("sheaf: SHEAF_OPTIONS: '%s' has no value; ignored", p);
 			break;
+		}
 		*eq = 0;
 		struct opt *o = find(p);
 		char *v = eq + 1;
@@ -240,8 +274,6 @@ SHEAF_API int sheaf_option_set(const char *name, const char *value)
 {
 	if (!name || !value)
 		return -EINVAL;
-	if (!strncasecmp(name, "SHEAF_", 6))
-		name += 6;
 	struct opt *o = find(name);
 	if (!o)
 		return -ENOENT;

@@ -51,6 +51,15 @@ static const struct opt_case cases[] = {
 	{ "SHEAF_PERCPU", "fast", SHEAF_OPT_PERCPU, 0, "auto", "one of auto|rseq|thread" },
 	{ "SHEAF_OPTIONS", "SHEAF_CAPACITY=70000", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL,
 	  "SHEAF_OPTIONS: SHEAF_SHEAF_CAPACITY='70000' ignored" },
+	/* Found silent by an adversarial run (2026-11-28): */
+	{ "SHEAF_OPTIONS", "SHEAF_SHEAF_CAPACITY=9", SHEAF_OPT_SHEAF_CAPACITY, 9, NULL, NULL },
+	{ "SHEAF_OPTIONS", "sheaf_capacity", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL,
+	  "SHEAF_OPTIONS: 'sheaf_capacity' has no value; ignored" },
+	{ "SHEAF_SLAB_DEBUG", "QQQ", SHEAF_OPT_SLAB_DEBUG, 0, "",
+	  "SHEAF_SLAB_DEBUG='QQQ' ignored: accepted letters of F Z P U T A O -" },
+	{ "SHEAF_SLAB_DEBUG", "fz,opts;P,other", SHEAF_OPT_SLAB_DEBUG, 0, "fz,opts;P,other", NULL },
+	{ "SHEAF_FAKE_NUMA", "2:memoryless=5", SHEAF_OPT_FAKE_NUMA, 0, "2:memoryless=5",
+	  "node 5 cannot be memoryless (nodes 1..1 may be); ignored" },
 };
 
 static void child(void *arg)
@@ -90,8 +99,32 @@ static void test_strict_options(void)
 	}
 }
 
+/* sheaf_option_set takes the names SHEAF_OPTIONS takes, with or without the prefix
+ * (SHEAF_CAPACITY was -ENOENT while SHEAF_OPTIONS took it). */
+static void set_child(void *arg)
+{
+	(void)arg;
+	if (sheaf_option_set("SHEAF_CAPACITY", "12") != 0 ||
+	    sheaf_option_set("sheaf_capacity", "12") != 0 ||
+	    sheaf_option_set("SHEAF_SHEAF_CAPACITY", "12") != 0 ||
+	    sheaf_option_set("SHEAF_NO_SUCH", "1") != -ENOENT)
+		_exit(5);
+	struct sheaf_cache *c = sheaf_cache_create("opts", 64, NULL);
+	if (!c || sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY) != 12)
+		_exit(6);
+	_exit(sheaf_option_set("SHEAF_CAPACITY", "8") == -EBUSY ? 0 : 7);
+}
+
+static void test_option_set_names(void)
+{
+	struct th_child r;
+	th_run_child(set_child, NULL, &r);
+	CHECKF(r.exited && r.status == 0, "sheaf_option_set names: exit %d: %s", r.status, r.err);
+}
+
 int main(void)
 {
 	RUN(test_strict_options);
+	RUN(test_option_set_names);
 	return th_done();
 }
