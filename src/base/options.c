@@ -168,7 +168,9 @@ static void bad_value(const char *src, const struct opt *o, const char *v)
 		sheaf_fmt(what, sizeof(what), "at most %zu characters", sizeof(o->sval) - 1);
 	sheaf_os_print("sheaf: %s%sSHEAF_%s='%s' ignored: accepted %s (keeping %s)", src ? src : "",
 		       src ? ": " : "", o->name, v, what,
-		       o->type != OPT_STR ? o->def : o->sval[0] ? o->sval : "none");
+		       o->type != OPT_STR ? o->def :
+		       o->sval[0]         ? o->sval :
+					    "none");
 }
 
 static struct opt *find_exact(const char *name)
