@@ -276,10 +276,20 @@ static sheaf_noinline void free_bulk_runs(struct sheaf_cache *c, size_t n, void 
 {
 	size_t i = 0;
 	for (;;) {
+		/* An object of the run's own slab that stopped it for itself (not an object
+		 * start; seen free by ASan) is dealt with alone before the run goes into
+		 * sheaves: that may release its slab, and then it could only be named an
+		 * invalid pointer (an ASan build reported [a, ..., a] so, 2026-11-28). */
+		bool alone = stop == SHEAF_BATCH_OTHER && k > 0 && i + k < n &&
+			     sheaf_page_key(objs[i + k]) == key;
+		if (alone)
+			sheaf_cache_free_slowpath(c, objs[i + k], NULL);
 		if (k > done)
 			free_checked(c, objs + i + done, k - done, key);
 		i += k;
-		if (stop == SHEAF_BATCH_OTHER) {
+		if (alone) {
+			i++;
+		} else if (stop == SHEAF_BATCH_OTHER) {
 			/* NULL, a bad pointer (reported there), or the start of the next run. */
 			if (k == 0) {
 				sheaf_cache_free_slowpath(c, objs[i], NULL);

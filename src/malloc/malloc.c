@@ -493,8 +493,13 @@ static bool class_ptr_ok(struct sheaf_cache *c, const void *p, const char *fn)
 	/* ASan builds track freed objects themselves instead of the mark (slab/track.h). */
 	if (SHEAF_TRACK_ASAN && sheaf_track_cache(c) && sheaf_track_asan_ok(c) &&
 	    unlikely(sheaf_track_is_poisoned(p))) {
-		malloc_report(SHEAF_ERR_DOUBLE_FREE, fn, "the block is already free", p, c->name,
-			      (size_t)-1);
+		if (strcmp(fn, "malloc_usable_size") != 0)
+			malloc_report(SHEAF_ERR_DOUBLE_FREE, fn, "the block is already free", p,
+				      c->name, (size_t)-1);
+		else
+			malloc_report(SHEAF_ERR_INVALID_POINTER, fn,
+				      "the block is free (a use after free)", p, c->name,
+				      (size_t)-1);
 		return false;
 	}
 	return true;

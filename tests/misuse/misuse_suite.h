@@ -357,7 +357,9 @@ static void test_bulk_slabs(void)
  * slabs and releases slabs before it reaches the duplicate.  The object was read there
  * and, found nowhere, taken for a live one and freed again: handed out twice later
  * (an adversarial run of 2026-11-28).  ms_ev: the survivors, allocated by the parent;
- * @arg: 0 for [b, a, ..., a], 1 for a freed before the call and passed last. */
+ * @arg: 0 for [b, a, ..., a], 1 for a freed before the call and passed last, 2 for
+ * [b, a, ..., a + 8] (an interior pointer whose object the call frees first: reported as
+ * one, not as an invalid pointer after the slab went). */
 #define MS_EV 2000
 static struct sheaf_cache *ms_e;
 static void *ms_ev[MS_EV], *ms_epre;
@@ -366,7 +368,9 @@ static void do_bulk_emptied(void *arg)
 	static void *v[MS_EV];
 	for (int i = 0; i < MS_EV; i++)
 		v[i] = ms_ev[i];
-	if (arg) {
+	if (arg == (void *)2) {
+		v[MS_EV - 1] = (char *)v[1] + 8;
+	} else if (arg) {
 		sheaf_cache_free(ms_e, ms_epre);
 		v[MS_EV - 1] = ms_epre;
 	} else {
@@ -406,6 +410,8 @@ static void test_bulk_emptied_slab(void)
 		  (void *)0, "double free", "ms-e", ms_ev[1]);
 	ms_expect("free a; free_bulk({2000 objects over emptied slabs, a last})", do_bulk_emptied,
 		  (void *)1, "double free", "ms-e", ms_epre);
+	ms_expect("free_bulk({2000 objects over emptied slabs, a at 1, a + 8 last})",
+		  do_bulk_emptied, (void *)2, "interior pointer", "ms-e", (char *)ms_ev[1] + 8);
 	sheaf_cache_free(ms_e, ms_epre);
 	sheaf_cache_free_bulk(ms_e, MS_EV, ms_ev);
 	sheaf_cache_destroy(ms_e);
