@@ -269,8 +269,9 @@ static bool bulk_marked_ok(struct sheaf_cache *c, void *obj, uintptr_t key)
 /* What follows a run's check: @objs[@done..@k) of that run still to be put on sheaves
  * (checked, key @key), then the object that stopped it (@stop), then the runs after
  * it, each checked as a whole (every check of a single free, slab/freecheck.h) and
- * copied in one sequence.  An object that stops a run is dealt with alone once the run
- * before it is in a sheaf, where the double-free search can see it. */
+ * copied in one sequence.  An object that stops a run holding the free mark is dealt
+ * with alone once the run before it is in a sheaf, where the double-free search can see
+ * it; one of the run's slab that stopped it for another reason, before. */
 static sheaf_noinline void free_bulk_runs(struct sheaf_cache *c, size_t n, void **objs, size_t done,
 					  size_t k, uintptr_t key, enum sheaf_batch_stop stop)
 {
