@@ -407,11 +407,8 @@ sheaf_noinline void *sheaf_malloc_slow(size_t n)
 	struct sheaf_cache *c = core_down() ? NULL : class_create(i);
 	if (!c)
 		return no_class(n, 0);
-	/* Tail-called: the return address is the program's (for a debug cache). */
-	const void *caller = __builtin_return_address(0);
-	int e = errno;
-	void *o = SHEAF_TRACK_ENABLED ? sheaf_cache_alloc(c) : sheaf_cache_alloc_caller(c, caller);
-	return o ? o : sheaf_malloc_class_retry(c, e, caller);
+	/* A tail call: its return address stays the program's (for a debug cache). */
+	return sheaf_malloc_class_miss(c);
 }
 
 /* sheaf_malloc and sheaf_free each start a 64-byte line, so that where their paths
@@ -619,11 +616,7 @@ void *sheaf_aligned_alloc(size_t align, size_t n)
 			if (!c)
 				return no_class(n, align);
 		}
-		const void *caller = __builtin_return_address(0);
-		int e = errno;
-		void *o = SHEAF_TRACK_ENABLED ? sheaf_cache_alloc(c) :
-						sheaf_cache_alloc_caller(c, caller);
-		return o ? o : sheaf_malloc_class_retry(c, e, caller);
+		return sheaf_malloc_class_miss(c); /* a tail call, as above */
 	}
 	return malloc_large_alloc(n ? n : 1, align, false);
 }
