@@ -140,13 +140,26 @@ static void capacity_ladder_init(struct sheaf_cache *c, uint32_t cap, bool adapt
 	bound = SHEAF_MAX(bound, (size_t)SHEAF_ADAPT_SHEAF_BYTES);
 	c->capacity_ladder[0] = cap;
 	c->capacity_steps = 1;
+	c->capacity_steps_rate = 1;
 	for (unsigned i = 1;
 	     adaptive && cap && c->policy.adaptive_capacity && i < SHEAF_ADAPT_STEPS; i++) {
 		uint32_t next = round_capacity(2 * c->capacity_ladder[i - 1]);
 		size_t meta = SHEAF_SHEAF_HDR + (size_t)next * sizeof(void *);
 		if (next <= c->capacity_ladder[i - 1] || next > SHEAF_MAX_SHEAF_CAPACITY ||
-		    meta > 4096 || (size_t)next * c->slot_size > bound)
+		    meta > 4096 || (size_t)next * c->slot_size > SHEAF_ADAPT_SHEAF_BYTES_MAX)
 			break;
+		/* Past @bound a step is for bulk calls alone (sheaf_pcs_bulk_fit): a call
+		 * of 128 on a 256-byte cache (121) swapped main and spare under the lock on
+		 * every call, 2.8-3.0x DPDK's mempool against 1.8x for 64 bytes, whose
+		 * ladder has 249 (issue 18, bench bulk128/256).  Such a call holds as many
+		 * objects as the larger sheaf anyway; the exchange rate alone, which any
+		 * single-object workload can drive, stays within @bound (the peak RSS
+		 * that bound protects, "Adaptive capacity for larger objects" in
+		 * docs/benchmarks.md). */
+		if ((size_t)next * c->slot_size <= bound)
+			c->capacity_steps_rate = c->capacity_steps + 1;
+		else if (c->capacity_steps_rate != c->capacity_steps)
+			break; /* one bulk-only step at most */
 		c->capacity_ladder[c->capacity_steps++] = next;
 	}
 	atomic_store(&c->capacity_step, 0);

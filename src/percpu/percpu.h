@@ -114,9 +114,11 @@ void sheaf_sheaf_flush(struct sheaf_cache *c, struct sheaf_sheaf *s, uint64_t *s
 unsigned sheaf_sheaf_refill(struct sheaf_cache *c, struct sheaf_node *n, struct sheaf_sheaf *s,
 			    uint64_t *stat);
 void sheaf_barn_maybe_trim(struct sheaf_cache *c, struct sheaf_barn *b, struct sheaf_pcs *pcs);
-/* Adaptive capacity (docs/design.md, D2): one step up (@dir > 0) or down (< 0) the
- * cache's capacity ladder, if it is adaptive; to the default with @dir == -2 (the
- * reaper, for an idle cache).  Called with no barn lock held. */
+/* Adaptive capacity (docs/design.md, D2): one step up or down (@dir < 0) the cache's
+ * capacity ladder, if it is adaptive: up within the exchange rate's steps (@dir == 1,
+ * the barn), or also into the bulk-only steps above them (@dir == 2, a bulk call larger
+ * than a sheaf); to the default with @dir == -2 (the reaper, for an idle cache).
+ * Called with no barn lock held. */
 void sheaf_capacity_adapt(struct sheaf_cache *c, int dir);
 /* Slow paths, called with the pcs locked (design §6) and pcs->main valid. */
 bool sheaf_pcs_replace_empty_main(struct sheaf_cache *c, struct sheaf_pcs *pcs);

@@ -158,8 +158,10 @@ void sheaf_capacity_adapt(struct sheaf_cache *c, int dir)
 		return;
 	unsigned cur = atomic_load_explicit(&c->capacity_step, memory_order_relaxed), next;
 	do {
-		if (dir > 0)
-			next = cur + 1 < c->capacity_steps ? cur + 1 : cur;
+		if (dir > 0) /* the rate (1) within its steps, a bulk call (2) beyond */
+			next = cur + 1 < (dir == 2 ? c->capacity_steps : c->capacity_steps_rate) ?
+				       cur + 1 :
+				       cur;
 		else
 			next = dir == -2 || cur == 0 ? 0 : cur - 1;
 		if (next == cur)
@@ -324,7 +326,7 @@ static bool replace_empty(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool ref
 void sheaf_pcs_bulk_fit(struct sheaf_cache *c, struct sheaf_pcs *pcs, size_t n)
 {
 	if (n > cur_capacity(c))
-		sheaf_capacity_adapt(c, 1);
+		sheaf_capacity_adapt(c, 2);
 	uint32_t cap = cur_capacity(c);
 	struct sheaf_sheaf *m = pcs->main, *sp = pcs->spare;
 	if (sp && !sp->size && sp->capacity < cap) {

@@ -140,11 +140,14 @@ struct sheaf_cache {
 	uint32_t capacity_default;
 	/* Adaptive capacity (docs/design.md, D2): capacity_ladder[0] is capacity_default,
 	 * each next step about twice the last, up to capacity_steps - 1; the current
-	 * step is capacity_step.  Set at creation; capacity_adaptive is cleared by
-	 * sheaf_cache_set_capacity (the caller's choice wins). */
+	 * step is capacity_step.  The exchange rate moves it among the first
+	 * capacity_steps_rate steps; the steps above those are taken only for a bulk
+	 * call larger than a sheaf (cache/create.c).  Set at creation; capacity_adaptive
+	 * is cleared by sheaf_cache_set_capacity (the caller's choice wins). */
 	atomic_bool capacity_adaptive;
 	atomic_uint capacity_step;
 	uint32_t capacity_steps;
+	uint32_t capacity_steps_rate;
 	uint32_t capacity_ladder[4];
 	_Atomic uint64_t capacity_grows, capacity_shrinks; /* gauges of the same names */
 	/* Slab layer. */
