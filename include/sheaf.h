@@ -91,7 +91,8 @@ SHEAF_API struct sheaf_cache *sheaf_cache_create(const char *name, size_t size,
 
 /* Destroy a cache.  Waits for the cache's own RCU-deferred frees (never the
  * global barrier).  Objects still allocated are reported (name, count) on
- * stderr and their memory is kept, never freed under the program. */
+ * stderr and their memory is kept, never freed under the program; the handle
+ * is dead all the same (any later call on it is a destroyed cache). */
 SHEAF_API void sheaf_cache_destroy(struct sheaf_cache *c);
 
 SHEAF_API void *sheaf_cache_alloc(struct sheaf_cache *c);

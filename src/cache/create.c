@@ -606,10 +606,16 @@ SHEAF_API void sheaf_cache_destroy(struct sheaf_cache *c)
 		leaked += sheaf_slab_node_release(c->node[i]);
 	if (leaked) {
 		/* Report, and keep the memory (and the cache, which its slabs point to)
-		 * rather than free anything still in use. */
+		 * rather than free anything still in use.  The handle is dead all the same:
+		 * every later call on it is a destroyed cache, reported (until 2026-11-29
+		 * it stayed live here, and went on handing out objects unreported).  The
+		 * structure is never unmapped, since the leaked objects' page-map keys
+		 * point into it: it goes on no dead list, and its id stays taken. */
 		sheaf_os_print(
 			"sheaf: cache '%s' destroyed with %llu object%s still allocated; their memory is kept",
 			c->name, (unsigned long long)leaked, leaked == 1 ? "" : "s");
+		cache_mainv_to_sentinel(c);
+		__atomic_store_n(&c->magic, SHEAF_CACHE_DEAD, __ATOMIC_RELEASE);
 		return;
 	}
 	sheaf_rcu_cache_fini(c);

@@ -233,6 +233,41 @@ static void test_destroy_leak(void)
 	       "got: %s", r.err);
 }
 
+/* The handle of a cache destroyed with objects still allocated is dead like any other:
+ * an alloc, a free (of a leaked object) and a second destroy are each reported as a
+ * destroyed cache, and the leaked objects are untouched.  Until 2026-11-29 the cache
+ * stayed live and handed out objects unreported (adversarial review). */
+static void do_leak_then_use(void *a)
+{
+	(void)a;
+	struct sheaf_cache *c = sheaf_cache_create("leaky2", 256, NULL);
+	char *p = sheaf_cache_alloc(c);
+	if (!p)
+		_exit(6);
+	memset(p, 7, 256);
+	sheaf_cache_destroy(c);
+	void *q = sheaf_cache_alloc(c); /* reported; warn mode: NULL */
+	sheaf_cache_free(c, p);         /* reported, leaked */
+	sheaf_cache_destroy(c);         /* reported */
+	for (int i = 0; i < 256; i++)
+		if (p[i] != 7)
+			_exit(7);
+	_exit(q == NULL ? 0 : 5);
+}
+
+static void test_destroy_leak_dead(void)
+{
+	struct th_child r;
+	sheaf_error_set_warn(1);
+	th_run_child(do_leak_then_use, NULL, &r);
+	sheaf_error_set_warn(0);
+	CHECKF(r.exited && r.status == 0, "exit %d sig %d", r.status, r.sig);
+	int n = 0;
+	for (const char *e = r.err; (e = strstr(e, "destroyed cache")) != NULL; e++)
+		n++;
+	CHECKF(n == 3, "%d destroyed-cache reports; got: %s", n, r.err);
+}
+
 int main(void)
 {
 	ca = sheaf_cache_create("cache-a", 64, NULL);
@@ -243,5 +278,6 @@ int main(void)
 	RUN(test_exhaustion);
 	RUN(test_fork);
 	RUN(test_destroy_leak);
+	RUN(test_destroy_leak_dead);
 	return th_done();
 }
