@@ -181,6 +181,9 @@ void *malloc_large_alloc(size_t n, size_t align, bool zero)
  * copying them. */
 void *malloc_extent_resize(void *p, size_t len, size_t n)
 {
+	/* A growth that cannot stay in place fails its first mremap (ENOMEM) and then
+	 * succeeds by moving: a successful realloc leaves errno as it was (README). */
+	const int saved_errno = errno;
 	if (unlikely(n > SIZE_LIMIT - PAGE)) {
 		errno = ENOMEM;
 		return NULL;
@@ -231,9 +234,11 @@ void *malloc_extent_resize(void *p, size_t len, size_t n)
 		unsigned int vmas;
 		malloc_extent_remove(p, &vmas);
 		malloc_extent_free(p, len, vmas);
+		errno = saved_errno;
 		return q;
 	}
 	malloc_extent_lookup(p, true);
 	CTR_INC(extent_remaps);
+	errno = saved_errno;
 	return q;
 }

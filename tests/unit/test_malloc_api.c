@@ -335,6 +335,32 @@ static void t_free_keeps_errno(void)
  * the block as it was, so that free_sized with the size the program last asked for is
  * always right: before, the block was kept under the smaller request and
  * free_sized(p, 1500) of a block in the 32 KiB class was reported as a size mismatch. */
+/* A successful realloc leaves errno as it was (README "Malloc front end"), also when a
+ * large block cannot grow in place: its first mremap fails (ENOMEM) and the move that
+ * follows succeeds.  A page mapped right after the block makes the growth move. */
+static void t_realloc_move_keeps_errno(void)
+{
+	char *p = sheaf_malloc(200000);
+	REQUIRE(p);
+	memset(p, 0x3c, 200000);
+	uintptr_t end = ((uintptr_t)p + sheaf_usable_size(p) + 4095) & ~(uintptr_t)4095;
+	void *blk = mmap((void *)end, 4096, PROT_NONE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	bool mine = blk == (void *)end; /* else something is there already: as good */
+	errno = 4242;
+	char *q = sheaf_realloc(p, 4000000);
+	CHECKF(q != NULL && errno == 4242, "q %p errno %d", (void *)q, errno);
+	CHECK(q != p);
+	for (int i = 0; q && i < 200000; i += 4096)
+		CHECK(q[i] == 0x3c);
+	errno = 4343;
+	char *r = sheaf_realloc(q, 100000); /* a shrink, in place */
+	CHECK(r != NULL && errno == 4343);
+	sheaf_free(r);
+	if (mine)
+		munmap(blk, 4096);
+}
+
 static void t_realloc_shrink_enomem(void)
 {
 	char *p = sheaf_malloc(30000);
@@ -735,6 +761,7 @@ int main(void)
 	RUN(t_free_keeps_errno);
 	RUN(t_free_sized);
 	RUN(t_realloc_shrink_enomem);
+	RUN(t_realloc_move_keeps_errno);
 	RUN(t_misuse_reported);
 	RUN(t_extent_cache);
 	RUN(t_extent_small_whole);
