@@ -234,11 +234,15 @@ void *malloc_extent_resize(void *p, size_t len, size_t n)
 		unsigned int vmas;
 		malloc_extent_remove(p, &vmas);
 		malloc_extent_free(p, len, vmas);
+		CTR_INC(extent_allocs); /* a moving realloc counts a malloc and a free */
+		CTR_INC(extent_frees);  /* (docs/malloc.md, SHEAF_MALLOC_STATS) */
 		errno = saved_errno;
 		return q;
 	}
 	malloc_extent_lookup(p, true);
 	CTR_INC(extent_remaps);
+	CTR_INC(extent_allocs);
+	CTR_INC(extent_frees);
 	errno = saved_errno;
 	return q;
 }

@@ -79,7 +79,8 @@ static void test_conservation(void)
 	CHECKF(allocs == frees, "allocs %llu frees %llu", (unsigned long long)allocs,
 	       (unsigned long long)frees);
 	/* Objects in = objects out for the sheaf layer too (rcu sheaves included). */
-	CHECK(st.events[SHEAF_STAT_SHEAF_REFILL] + st.events[SHEAF_STAT_FREE_FASTPATH] + rcu_sheaf ==
+	CHECK(st.events[SHEAF_STAT_SHEAF_REFILL] + st.events[SHEAF_STAT_FREE_FASTPATH] +
+		      rcu_sheaf ==
 	      st.events[SHEAF_STAT_SHEAF_FLUSH] + st.events[SHEAF_STAT_ALLOC_FASTPATH]);
 	free(v);
 	sheaf_cache_destroy(c);
