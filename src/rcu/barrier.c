@@ -101,6 +101,8 @@ SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 {
 	if (!c || !sheaf_cache_check(c) || !c->rcu_priv)
 		return; /* NULL: nothing to wait for; destroyed or foreign: reported */
+	if (rcu_barrier_in_reader(c))
+		return;
 	struct rcu_state *st = c->rcu_priv;
 	const char *mode = sheaf_option_str(SHEAF_OPT_RCU_BARRIER);
 	bool all_caches = mode && !strcmp(mode, "global");
@@ -148,6 +150,8 @@ SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 SHEAF_API void sheaf_rcu_barrier(void)
 {
 	if (atomic_load(&sheaf_g.init_state) != 2)
+		return;
+	if (rcu_barrier_in_reader(NULL))
 		return;
 	if (!(atomic_load(&rcu_flavor_word) & FLAVOR_WARM))
 		return;

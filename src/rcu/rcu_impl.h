@@ -149,6 +149,13 @@ static inline bool rcu_is_qsbr(const struct rcu_ops *ops)
 	return ops->offline != NULL;
 }
 
+/* A barrier called inside a memb/mb read-side section: reported (as rcu_wait_prepare
+ * does) and true, whether or not anything is in flight, so that the misuse does not
+ * depend on timing (until 2026-11-29 a barrier with nothing to wait for returned
+ * before it looked).  Reads the flavour without fixing it; qsbr: false (an online
+ * thread is put offline for the wait instead). */
+bool rcu_barrier_in_reader(const struct sheaf_cache *c);
+
 /* rcu_free.c: the flavour, fixed from now on; its call_rcu worker exists on return
  * (no Sheaf lock may be held unless FLAVOR_WARM is set). */
 const struct rcu_ops *rcu_use(void);

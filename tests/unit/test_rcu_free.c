@@ -543,6 +543,22 @@ static void global_barrier_in_reader_child(void)
 	_exit(0);
 }
 
+/* The same with nothing in flight (no object freed through RCU, or all of them done):
+ * reported all the same, for the cache's barrier and the global one (until 2026-11-29
+ * both returned before they looked, so the misuse showed only when frees happened to
+ * be pending). */
+static void idle_barrier_in_reader_child(bool global)
+{
+	struct sheaf_cache *c = mk("rcu-idle-reader", 8, 0);
+	urcu_memb_register_thread();
+	urcu_memb_read_lock();
+	if (global)
+		sheaf_rcu_barrier();
+	else
+		sheaf_cache_rcu_barrier(c);
+	_exit(0);
+}
+
 static void test_misuse(void)
 {
 	struct th_child r;
@@ -554,6 +570,12 @@ static void test_misuse(void)
 	CHECKF(r.signaled && strstr(r.err, "double free"), "%s", r.err);
 	run_child("barrier-in-reader", NULL, &r);
 	CHECKF(r.signaled && strstr(r.err, "read-side critical section"), "%s", r.err);
+	run_child("idle-barrier-in-reader", NULL, &r);
+	CHECKF(r.signaled && strstr(r.err, "sheaf: rcu misuse: cache 'rcu-idle-reader'") &&
+		       strstr(r.err, "read-side critical section"),
+	       "%s", r.err);
+	run_child("idle-global-barrier-in-reader", NULL, &r);
+	CHECKF(r.signaled && strstr(r.err, "sheaf: rcu misuse: cache '?'"), "%s", r.err);
 }
 
 int main(int argc, char **argv)
@@ -566,6 +588,10 @@ int main(int argc, char **argv)
 			destroy_child();
 		else if (!strcmp(argv[1], "double-free"))
 			double_free_child();
+		else if (!strcmp(argv[1], "idle-barrier-in-reader"))
+			idle_barrier_in_reader_child(false);
+		else if (!strcmp(argv[1], "idle-global-barrier-in-reader"))
+			idle_barrier_in_reader_child(true);
 		else if (!strcmp(argv[1], "barrier-in-reader"))
 			barrier_in_reader_child();
 		else if (!strcmp(argv[1], "global-barrier-in-reader"))
