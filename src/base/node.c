@@ -66,16 +66,15 @@ static int node_distance(int a, int b)
 	return (int)strtol(s, NULL, 10);
 }
 
-/* SHEAF_FAKE_NUMA="N[:memoryless=list]": CPU c on node c % N. */
+/* SHEAF_FAKE_NUMA="N[:memoryless=list]": CPU c on node c % N.  The value was checked
+ * when it was read (base/options.c fake_numa_ok: N in 1..SHEAF_MAX_NODES, memoryless
+ * nodes in 1..N-1); the bounds below only keep the arrays safe. */
 static void topology_fake(const char *fake, int ncpus)
 {
 	char *end;
 	long n = strtol(fake, &end, 10);
-	if (n < 1 || n > SHEAF_MAX_NODES) {
-		sheaf_os_print("sheaf: SHEAF_FAKE_NUMA='%s': need 1..%d nodes; using 1", fake,
-			       SHEAF_MAX_NODES);
+	if (n < 1 || n > SHEAF_MAX_NODES)
 		n = 1;
-	}
 	sheaf_g.fake_numa = true;
 	sheaf_g.nnodes = (int)n;
 	for (int i = 0; i < n; i++)
@@ -84,15 +83,9 @@ static void topology_fake(const char *fake, int ncpus)
 	if (ml) {
 		unsigned char bits[SHEAF_MAX_NODES] = { 0 };
 		parse_list(ml + strlen("memoryless="), bits, SHEAF_MAX_NODES);
-		for (int i = 1; i < n; i++)
+		for (int i = 1; i < n; i++) /* node 0 always keeps memory */
 			if (bits[i])
 				sheaf_g.node_has_mem[i] = 0;
-		/* Node 0 always keeps memory; a node past the last names none. */
-		for (int i = 0; i < SHEAF_MAX_NODES; i++)
-			if (bits[i] && (i == 0 || i >= n))
-				sheaf_os_print("sheaf: SHEAF_FAKE_NUMA='%s': node %d cannot be "
-					       "memoryless (nodes 1..%ld may be); ignored",
-					       fake, i, n - 1);
 	}
 	for (int c = 0; c < ncpus; c++)
 		sheaf_g.cpu_node[c] = (int)(c % n);

@@ -58,8 +58,25 @@ static const struct opt_case cases[] = {
 	{ "SHEAF_SLAB_DEBUG", "QQQ", SHEAF_OPT_SLAB_DEBUG, 0, "",
 	  "SHEAF_SLAB_DEBUG='QQQ' ignored: accepted letters of F Z P U T A O -" },
 	{ "SHEAF_SLAB_DEBUG", "fz,opts;P,other", SHEAF_OPT_SLAB_DEBUG, 0, "fz,opts;P,other", NULL },
-	{ "SHEAF_FAKE_NUMA", "2:memoryless=5", SHEAF_OPT_FAKE_NUMA, 0, "2:memoryless=5",
-	  "node 5 cannot be memoryless (nodes 1..1 may be); ignored" },
+	/* SHEAF_FAKE_NUMA follows the same rule (2026-11-29: "0" and "x" ran one fake node,
+	 * and a bad memoryless list was dropped while the fake topology stayed). */
+	{ "SHEAF_FAKE_NUMA", "2:memoryless=5", SHEAF_OPT_FAKE_NUMA, 0, "",
+	  "SHEAF_FAKE_NUMA='2:memoryless=5' ignored: accepted N of 1..64, then optionally "
+	  "':memoryless=' nodes of 1..N-1 (keeping none)" },
+	{ "SHEAF_FAKE_NUMA", "0", SHEAF_OPT_FAKE_NUMA, 0, "", "SHEAF_FAKE_NUMA='0' ignored" },
+	{ "SHEAF_FAKE_NUMA", "x", SHEAF_OPT_FAKE_NUMA, 0, "", "SHEAF_FAKE_NUMA='x' ignored" },
+	{ "SHEAF_FAKE_NUMA", "65", SHEAF_OPT_FAKE_NUMA, 0, "", "SHEAF_FAKE_NUMA='65' ignored" },
+	{ "SHEAF_FAKE_NUMA", "2:memoryless=0", SHEAF_OPT_FAKE_NUMA, 0, "",
+	  "SHEAF_FAKE_NUMA='2:memoryless=0' ignored" },
+	{ "SHEAF_FAKE_NUMA", "2:memoryless=2", SHEAF_OPT_FAKE_NUMA, 0, "",
+	  "SHEAF_FAKE_NUMA='2:memoryless=2' ignored" },
+	{ "SHEAF_FAKE_NUMA", "3:memoryless=", SHEAF_OPT_FAKE_NUMA, 0, "",
+	  "SHEAF_FAKE_NUMA='3:memoryless=' ignored" },
+	{ "SHEAF_FAKE_NUMA", "4:memoryless=3-1", SHEAF_OPT_FAKE_NUMA, 0, "",
+	  "SHEAF_FAKE_NUMA='4:memoryless=3-1' ignored" },
+	{ "SHEAF_FAKE_NUMA", "4:memoryless=1-2,3", SHEAF_OPT_FAKE_NUMA, 0, "4:memoryless=1-2,3",
+	  NULL },
+	{ "SHEAF_FAKE_NUMA", "2", SHEAF_OPT_FAKE_NUMA, 0, "2", NULL },
 };
 
 static void child(void *arg)
