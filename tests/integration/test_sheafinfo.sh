@@ -68,13 +68,14 @@ else:
 PY
 }
 
-# error_case WHAT PATTERN COMMAND...: exits 1 with exactly one line on stderr matching.
+# error_case WHAT PATTERN COMMAND...: exits 1 (or $want_rc) with exactly one line on
+# stderr matching.
 error_case() {
 	local what=$1 pat=$2 rc
 	shift 2
 	"$@" >"$tmp/e.out" 2>"$tmp/e.err"
 	rc=$?
-	if [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/e.err")" -eq 1 ] && grep -Eq "$pat" "$tmp/e.err" &&
+	if [ $rc -eq "${want_rc:-1}" ] && [ "$(wc -l <"$tmp/e.err")" -eq 1 ] && grep -Eq "$pat" "$tmp/e.err" &&
 		[ ! -s "$tmp/e.out" ]; then
 		ok "$what: $(cat "$tmp/e.err")"
 	else
@@ -265,8 +266,14 @@ plain=$!
 for _ in $(seq 50); do [ "$(cat /proc/$plain/comm 2>/dev/null)" = sleep ] && break; sleep 0.1; done
 error_case "process without Sheaf" "does not use Sheaf" "$INFO" "$plain"
 kill $plain
+# Usage errors exit 2 (docs/introspection.md; they exited 1 until 2026-11-29).
+want_rc=2
 error_case "not a PID" "not a process ID" "$INFO" abc
 error_case "bad sort key" "unknown key" "$INFO" -s nope 1
+error_case "bad watch interval" "not a number of seconds" "$INFO" -w 0 1
+error_case "bad count" "not a positive count" "$INFO" -w 1 -n 0 1
+error_case "count without watch" "needs -w" "$INFO" -n 3 1
+want_rc=
 
 echo "1..$checks"
 echo "# $checks checks, $fails failed"

@@ -65,6 +65,19 @@ static void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt,
 	exit(1);
 }
 
+/* A usage error (a bad option value, or options that do not go together): one line,
+ * exit status 2 (docs/introspection.md; these exited 1 until 2026-11-29). */
+static void __attribute__((noreturn, format(printf, 1, 2))) die_usage(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "%s: ", prog);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	exit(2);
+}
+
 static void __attribute__((noreturn)) die_permission(void)
 {
 	die("permission denied reading process %d: only its own user or root may inspect it",
@@ -1132,13 +1145,14 @@ int main(int argc, char **argv)
 			errno = 0;
 			watch = strtod(optarg, &end);
 			if (errno || *end || !(watch > 0) || watch > 86400)
-				die("-w: '%s' is not a number of seconds in (0, 86400]", optarg);
+				die_usage("-w: '%s' is not a number of seconds in (0, 86400]",
+					  optarg);
 			break;
 		case 'n':
 			errno = 0;
 			count = strtol(optarg, &end, 10);
 			if (errno || *end || count < 1)
-				die("-n: '%s' is not a positive count", optarg);
+				die_usage("-n: '%s' is not a positive count", optarg);
 			break;
 		case 's': {
 			bool ok = false;
@@ -1148,8 +1162,9 @@ int main(int argc, char **argv)
 					ok = true;
 				}
 			if (!ok)
-				die("-s: unknown key '%s' (mem, name, size, used, total, slabs, sheaves, barns, hit)",
-				    optarg);
+				die_usage(
+					"-s: unknown key '%s' (mem, name, size, used, total, slabs, sheaves, barns, hit)",
+					optarg);
 			break;
 		}
 		case 'h':
@@ -1172,10 +1187,10 @@ int main(int argc, char **argv)
 	errno = 0;
 	long pid = strtol(argv[optind], &end, 10);
 	if (errno || *end || pid <= 0 || pid > INT_MAX)
-		die("'%s' is not a process ID", argv[optind]);
+		die_usage("'%s' is not a process ID", argv[optind]);
 	target_pid = (pid_t)pid;
 	if (count > 0 && !(watch > 0))
-		die("-n needs -w");
+		die_usage("-n needs -w");
 
 	find_instances();
 	char comm[64];
