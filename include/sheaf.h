@@ -129,6 +129,8 @@ SHEAF_API void sheaf_cache_shrink(struct sheaf_cache *c);
  * adapts its own (docs/design.md, D2).  Returns 0 or -EINVAL (0, above
  * SHEAF_MAX_SHEAF_CAPACITY, or a cache without sheaves). */
 SHEAF_API int sheaf_cache_set_capacity(struct sheaf_cache *c, unsigned int capacity);
+/* The cache's name and object size; a NULL, destroyed or foreign handle is reported
+ * (README "Errors") and gives NULL and 0 (under SHEAF_ON_ERROR=warn). */
 SHEAF_API const char *sheaf_cache_name(const struct sheaf_cache *c);
 SHEAF_API size_t sheaf_cache_object_size(const struct sheaf_cache *c);
 /* The cache that owns @obj, or NULL if Sheaf's slabs do not hold it. */

@@ -112,7 +112,8 @@ SHEAF_API const char *sheaf_stat_name(enum sheaf_stat_item item);
 /* Zero @c's event counters. */
 SHEAF_API void sheaf_stats_reset(struct sheaf_cache *c);
 
-/* Aligned "name : value" text, or one JSON object. */
+/* Aligned "name : value" text, or one JSON object.  A bad handle is reported, as by
+ * every call; a NULL @f prints nothing. */
 SHEAF_API void sheaf_stats_print(struct sheaf_cache *c, FILE *f);
 SHEAF_API void sheaf_stats_print_json(struct sheaf_cache *c, FILE *f);
 /* Every live cache: text blocks, or a JSON array. */

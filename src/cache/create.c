@@ -647,13 +647,16 @@ SHEAF_API int sheaf_cache_set_capacity(struct sheaf_cache *c, unsigned int capac
 	return 0;
 }
 
+/* A NULL, destroyed or foreign handle is reported like every call's (README "Errors");
+ * until 2026-11-29 these two answered NULL and 0 for NULL without a word, and read a
+ * destroyed cache as if it were live. */
 SHEAF_API const char *sheaf_cache_name(const struct sheaf_cache *c)
 {
-	return c ? c->name : NULL;
+	return sheaf_cache_check(c) ? c->name : NULL;
 }
 SHEAF_API size_t sheaf_cache_object_size(const struct sheaf_cache *c)
 {
-	return c ? c->object_size : 0;
+	return sheaf_cache_check(c) ? c->object_size : 0;
 }
 
 SHEAF_API struct sheaf_cache *sheaf_cache_of(const void *obj)

@@ -156,15 +156,17 @@ static void emit(struct sheaf_cache *c, FILE *f, bool json)
 #undef X
 }
 
+/* A NULL cache is reported like any bad handle (it printed nothing, silently, until
+ * 2026-11-29); a NULL stream prints nothing. */
 SHEAF_API void sheaf_stats_print(struct sheaf_cache *c, FILE *f)
 {
-	if (c && f && sheaf_cache_check(c))
+	if (sheaf_cache_check(c) && f)
 		emit(c, f, false);
 }
 
 SHEAF_API void sheaf_stats_print_json(struct sheaf_cache *c, FILE *f)
 {
-	if (c && f && sheaf_cache_check(c)) {
+	if (sheaf_cache_check(c) && f) {
 		emit(c, f, true);
 		fputc('\n', f);
 	}

@@ -175,6 +175,34 @@ void *malloc_large_alloc(size_t n, size_t align, bool zero)
 	return p;
 }
 
+/* The last step of malloc_extent_resize: the extent @p of @len bytes into @q, a mapping
+ * of @nlen bytes already registered, by mremap (its pages move unfaulted) or, where
+ * mremap cannot, by a copy.  False (ENOMEM) when @q is lost meanwhile: @p stays. */
+static bool extent_move_to(void *p, size_t len, void *q, size_t nlen)
+{
+	if (sheaf_sys_mremap(p, len, nlen, MREMAP_MAYMOVE | MREMAP_FIXED, q) != MAP_FAILED) {
+		malloc_extent_lookup(p, true);
+		CTR_INC(extent_remaps);
+		return true;
+	}
+	/* An extent merged in the cache from neighbouring mappings, or gathered from
+	 * several, may span several of the kernel's mappings, which mremap cannot grow
+	 * (EFAULT): copy it instead.  Some kernels (5.x) unmap the destination before they
+	 * find that out: it is mapped again first. */
+	if (sheaf_sys_mmap(q, nlen, PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED) == MAP_FAILED) {
+		malloc_extent_lookup(q, true);
+		(void)sheaf_os_unmap(q, nlen);
+		errno = ENOMEM;
+		return false;
+	}
+	memcpy(q, p, len);
+	unsigned int vmas;
+	malloc_extent_remove(p, &vmas);
+	malloc_extent_free(p, len, vmas);
+	return true;
+}
+
 /* realloc of an extent of @len bytes at @p to @n > SHEAF_SC_MAX bytes:
  * shrink in place (the tail goes back at once: it is a realloc the program
  * asked for, not a free), grow with mremap, which moves the pages without
@@ -217,30 +245,9 @@ void *malloc_extent_resize(void *p, size_t len, size_t n)
 		errno = ENOMEM;
 		return NULL;
 	}
-	if (sheaf_sys_mremap(p, len, nlen, MREMAP_MAYMOVE | MREMAP_FIXED, q) == MAP_FAILED) {
-		/* An extent merged in the cache from neighbouring mappings, or
-		 * gathered from several, may span several of the kernel's
-		 * mappings, which mremap cannot grow (EFAULT): copy it instead.
-		 * Some kernels (5.x) unmap the destination before they find that
-		 * out: it is mapped again first. */
-		if (sheaf_sys_mmap(q, nlen, PROT_READ | PROT_WRITE,
-				   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED) == MAP_FAILED) {
-			malloc_extent_lookup(q, true);
-			(void)sheaf_os_unmap(q, nlen);
-			errno = ENOMEM;
-			return NULL;
-		}
-		memcpy(q, p, len);
-		unsigned int vmas;
-		malloc_extent_remove(p, &vmas);
-		malloc_extent_free(p, len, vmas);
-		CTR_INC(extent_allocs); /* a moving realloc counts a malloc and a free */
-		CTR_INC(extent_frees);  /* (docs/malloc.md, SHEAF_MALLOC_STATS) */
-		errno = saved_errno;
-		return q;
-	}
-	malloc_extent_lookup(p, true);
-	CTR_INC(extent_remaps);
+	if (!extent_move_to(p, len, q, nlen))
+		return NULL;
+	/* A moving realloc counts a malloc and a free (docs/malloc.md, SHEAF_MALLOC_STATS). */
 	CTR_INC(extent_allocs);
 	CTR_INC(extent_frees);
 	errno = saved_errno;

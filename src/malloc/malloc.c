@@ -203,7 +203,7 @@ static struct sheaf_cache *__attribute__((noinline)) class_create(unsigned int i
 			atomic_store_explicit(&core_failed, sheaf_os_now_ns() | 1,
 					      memory_order_relaxed);
 		if (c) {
-			size_t osz = sheaf_cache_object_size(c);
+			size_t osz = c->object_size;
 			/* sheaf_malloc_class_of() depends on this; the core only rounds
 			 * sizes up to the alignment, which divides ours. */
 			if (osz < sheaf_sc_size[i] || sheaf_sc_index(osz) != i) {
@@ -340,7 +340,7 @@ void sheaf_malloc_free_slow(void *p, struct sheaf_cache *c, const char *fn)
 {
 	if (c) {
 		malloc_report(SHEAF_ERR_WRONG_CACHE, fn, "pointer of a cache that is not malloc's",
-			      p, sheaf_cache_name(c), (size_t)-1);
+			      p, c->name, (size_t)-1);
 		return;
 	}
 	if (is_boot(p)) {
@@ -508,9 +508,9 @@ static size_t usable_size(const void *p, const char *fn)
 	struct sheaf_cache *c = sheaf_malloc_cache_of(p);
 	if (likely(c != NULL)) {
 		if (likely(sheaf_malloc_class_of(c) >= 0))
-			return class_ptr_ok(c, p, fn) ? sheaf_cache_object_size(c) : 0;
+			return class_ptr_ok(c, p, fn) ? c->object_size : 0;
 		malloc_report(SHEAF_ERR_WRONG_CACHE, fn, "pointer of a cache that is not malloc's",
-			      p, sheaf_cache_name(c), (size_t)-1);
+			      p, c->name, (size_t)-1);
 		return 0;
 	}
 	size_t len = malloc_extent_lookup(p, false);
@@ -546,8 +546,8 @@ void *sheaf_realloc(void *p, size_t n)
 		int i = sheaf_malloc_class_of(c);
 		if (unlikely(i < 0)) {
 			malloc_report(SHEAF_ERR_WRONG_CACHE, "realloc",
-				      "pointer of a cache that is not malloc's", p,
-				      sheaf_cache_name(c), (size_t)-1);
+				      "pointer of a cache that is not malloc's", p, c->name,
+				      (size_t)-1);
 			errno = EINVAL;
 			return NULL;
 		}
@@ -558,7 +558,7 @@ void *sheaf_realloc(void *p, size_t n)
 		/* Same class: nothing to do, growing or shrinking. */
 		if (n <= SHEAF_SC_MAX && sheaf_sc_index(n) == (unsigned int)i)
 			return p;
-		cur = sheaf_cache_object_size(c);
+		cur = c->object_size;
 	} else {
 		size_t len = malloc_extent_lookup(p, false);
 		if (len) {
@@ -638,8 +638,7 @@ void sheaf_free_sized(void *p, size_t size)
 			sheaf_cache_free(c, p);
 		else if (class_ptr_ok(c, p, "sheaf_free_sized"))
 			malloc_report(SHEAF_ERR_SIZE_MISMATCH, "sheaf_free_sized",
-				      "size does not match the allocation", p, sheaf_cache_name(c),
-				      size);
+				      "size does not match the allocation", p, c->name, size);
 	} else if (!c && !is_boot(p)) {
 		size_t len = malloc_extent_lookup(p, false);
 		if (len && size > len)

@@ -97,6 +97,14 @@ static void taken_finish(struct sheaf_cache *c, const struct rcu_ops *ops, struc
 	}
 }
 
+bool rcu_barrier_in_reader(const struct sheaf_cache *c)
+{
+	const struct rcu_ops *ops = rcu_ops_cur();
+	if (rcu_is_qsbr(ops) || !ops->ongoing())
+		return false;
+	return rcu_wait_prepare(ops, c) < 0; /* reports it */
+}
+
 SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 {
 	if (!c || !sheaf_cache_check(c) || !c->rcu_priv)

@@ -168,14 +168,6 @@ int rcu_wait_prepare(const struct rcu_ops *ops, const struct sheaf_cache *c)
 	return -1;
 }
 
-bool rcu_barrier_in_reader(const struct sheaf_cache *c)
-{
-	const struct rcu_ops *ops = rcu_ops_cur();
-	if (rcu_is_qsbr(ops) || !ops->ongoing())
-		return false;
-	return rcu_wait_prepare(ops, c) < 0; /* reports it */
-}
-
 void rcu_wait_finish(const struct rcu_ops *ops, int was_online)
 {
 	if (was_online > 0)

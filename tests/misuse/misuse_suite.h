@@ -662,6 +662,41 @@ static void do_free_rcu_destroyed(void *p)
 	sheaf_cache_free_rcu(ms_dead, p);
 }
 
+/* Accessors and printers of a bad handle report it too (README "Errors"): NULL answered
+ * NULL / 0 / nothing, and a destroyed cache was read as live, until 2026-11-29. */
+static void do_name_null(void *a)
+{
+	(void)a;
+	if (sheaf_cache_name(NULL) != NULL)
+		_exit(9);
+}
+static void do_object_size_null(void *a)
+{
+	(void)a;
+	if (sheaf_cache_object_size(NULL) != 0)
+		_exit(9);
+}
+static void do_stats_print_null(void *a)
+{
+	(void)a;
+	sheaf_stats_print(NULL, stdout);
+}
+static void do_stats_print_json_null(void *a)
+{
+	(void)a;
+	sheaf_stats_print_json(NULL, stdout);
+}
+static void do_name_destroyed(void *a)
+{
+	(void)a;
+	(void)sheaf_cache_name(ms_dead);
+}
+static void do_object_size_destroyed(void *a)
+{
+	(void)a;
+	(void)sheaf_cache_object_size(ms_dead);
+}
+
 static void do_free_in_prefilled(void *o)
 {
 	sheaf_cache_free(ms_a, o);
@@ -695,6 +730,13 @@ static void test_handles(void)
 	ms_expect("sheaf_cache_free(NULL, p)", do_free_null_cache, p, "invalid cache", "?", NULL);
 	ms_expect("sheaf_cache_free_bulk(NULL, ...)", do_bulk_null_cache, p, "invalid cache", "?",
 		  NULL);
+	ms_expect("sheaf_cache_name(NULL)", do_name_null, NULL, "invalid cache", "?", NULL);
+	ms_expect("sheaf_cache_object_size(NULL)", do_object_size_null, NULL, "invalid cache", "?",
+		  NULL);
+	ms_expect("sheaf_stats_print(NULL, f)", do_stats_print_null, NULL, "invalid cache", "?",
+		  NULL);
+	ms_expect("sheaf_stats_print_json(NULL, f)", do_stats_print_json_null, NULL,
+		  "invalid cache", "?", NULL);
 	sheaf_cache_free(ms_a, p);
 
 	ms_dead = ms_new_cache("ms-dead");
@@ -716,6 +758,10 @@ static void test_handles(void)
 		  "ms-dead", ms_dead);
 	ms_expect("free_rcu into a destroyed cache", do_free_rcu_destroyed, d, "destroyed cache",
 		  "ms-dead", ms_dead);
+	ms_expect("name of a destroyed cache", do_name_destroyed, NULL, "destroyed cache",
+		  "ms-dead", ms_dead);
+	ms_expect("object size of a destroyed cache", do_object_size_destroyed, NULL,
+		  "destroyed cache", "ms-dead", ms_dead);
 	ms_expect_warn("destroy twice", do_destroy_twice, NULL, "destroyed cache", ms_dead);
 }
 
