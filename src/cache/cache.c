@@ -138,6 +138,13 @@ bool cache_free_ptr_ok(struct sheaf_cache *c, const void *obj, uintptr_t key, co
 void sheaf_cache_free_slowpath(struct sheaf_cache *c, void *obj, struct sheaf_pcs *unused)
 {
 	(void)unused;
+	/* Reached by a tail call from the public free: our return address is the
+	 * program's call site, which a debug cache records. */
+	sheaf_cache_free_caller(c, obj, __builtin_return_address(0));
+}
+
+void sheaf_cache_free_caller(struct sheaf_cache *c, void *obj, const void *caller)
+{
 	if (!obj)
 		return;
 	if (!sheaf_cache_check(c))
@@ -154,7 +161,7 @@ void sheaf_cache_free_slowpath(struct sheaf_cache *c, void *obj, struct sheaf_pc
 		return;
 	}
 	if (c->debug_flags) {
-		if (sheaf_debug_slab_free(c, obj, __builtin_return_address(0)) != 0)
+		if (sheaf_debug_slab_free(c, obj, caller) != 0)
 			return;
 		cache_free_to_slab(c, obj);
 		return;

@@ -88,6 +88,9 @@ struct sheaf_cache *sheaf_cache_create_class(const char *name, size_t size,
 					     const struct sheaf_cache_args *args);
 
 void sheaf_cache_free_slowpath(struct sheaf_cache *c, void *obj, struct sheaf_pcs *pcs);
+/* The same with the call site a debug cache records given (@caller: the program's, for
+ * the malloc front end, whose free tail-calls its own slow path first). */
+void sheaf_cache_free_caller(struct sheaf_cache *c, void *obj, const void *caller);
 /* A cache descriptor that no object belongs to and no call accepts: every CPU's main is
  * the sentinel (the restartable pop misses), no thread has a pcs of it (its id is past
  * every table), its magic is not SHEAF_CACHE_LIVE and it is in no list.  For a table of

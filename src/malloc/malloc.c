@@ -438,8 +438,9 @@ void sheaf_free_slowpath(void *p)
 		 * sheaf_cache_free, whose per-CPU push tracks the object. */
 		if (SHEAF_TRACK_ENABLED)
 			sheaf_cache_free(fc, p);
-		else
-			sheaf_cache_free_slowpath(fc, p, NULL);
+		else /* free and sheaf_free tail-call us (malloc.h): our return
+			* address is the program's call site, for a debug cache */
+			sheaf_cache_free_caller(fc, p, __builtin_return_address(0));
 	} else {
 		sheaf_malloc_free_slow(p, n ? n->cache : NULL, "free");
 	}

@@ -160,6 +160,13 @@ EXPORT void free(void *p)
 	sheaf_free_inline(p);
 }
 
+/* C23's sized free: the size is checked against the block's class (README "Errors",
+ * size mismatch), as sized operator delete is. */
+EXPORT void free_sized(void *p, size_t n)
+{
+	sheaf_free_sized(p, n);
+}
+
 EXPORT void *calloc(size_t nmemb, size_t size)
 {
 	return sheaf_calloc(nmemb, size);
