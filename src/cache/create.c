@@ -484,8 +484,14 @@ static int cache_register(struct sheaf_cache *c, bool meta)
 		sheaf_rcu_cache_init(c);
 	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	int r = alloc_id_locked(&c->id);
-	if (!r)
+	if (!r) {
+		/* Live before it is linked: a walk of the registry (the statistics
+		 * printers, a fork child's) checks every cache it meets, and took one
+		 * still being created for a bad handle until 2026-11-29 (adversarial
+		 * review: sheaf_stats_print_all against a create in another thread). */
+		__atomic_store_n(&c->magic, SHEAF_CACHE_LIVE, __ATOMIC_RELEASE);
 		sheaf_list_add_tail(&c->cache_list, &sheaf_reg.caches);
+	}
 	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	return r;
 }
@@ -538,7 +544,6 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size,
 		errno = ENOMEM;
 		return NULL;
 	}
-	__atomic_store_n(&c->magic, SHEAF_CACHE_LIVE, __ATOMIC_RELEASE);
 	errno = saved_errno;
 	return c;
 }
