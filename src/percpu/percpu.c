@@ -725,6 +725,13 @@ static void fork_take_threads(void)
 
 static sheaf_noinline void drain_fork_orphans(void)
 {
+	/* Not while the fork's child handlers still run: one of them (liburcu's
+	 * call_rcu_after_fork_child, from the RCU layer's) allocates while it holds
+	 * liburcu's call_rcu mutex, and an orphan's rcu sheaf handed to call_rcu here
+	 * would take that mutex again (the child hung in fork(), adversarial review of
+	 * 2026-11-29).  The next slow path after the walk drains them. */
+	if (sheaf_fork_walking())
+		return;
 	for (;;) {
 		struct sheaf_tcache *victim = NULL;
 		sheaf_mutex_lock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
