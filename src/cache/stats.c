@@ -217,8 +217,8 @@ SHEAF_API int sheaf_global_stats_get(struct sheaf_global_stats *st)
 	tmp.size = sizeof(tmp);
 	tmp.version = SHEAF_STATS_VERSION;
 	if (atomic_load(&sheaf_g.init_state) == 2) {
-		tmp.heap_reserved = sheaf_rd(sheaf_heap.blocks_mapped) << SHEAF_BLOCK_SHIFT;
 		sheaf_mutex_lock(&sheaf_heap.lock, SHEAF_LOCK_HEAP);
+		tmp.heap_reserved = sheaf_heap.blocks_mapped << SHEAF_BLOCK_SHIFT;
 		tmp.heap_mapped = sheaf_heap.mapped_bytes;
 		tmp.heap_returned = sheaf_heap.returned_bytes;
 		sheaf_mutex_unlock(&sheaf_heap.lock, SHEAF_LOCK_HEAP);

@@ -272,13 +272,13 @@ static bool block_release_locked(size_t blk)
 		return false;
 	uint32_t entry = (uint32_t)blk;
 	if (sheaf_sys_munmap(page_addr(pg), SHEAF_BLOCK_SIZE) == 0) {
-		h->blocks_mapped--;
-		h->returned_bytes += SHEAF_BLOCK_SIZE;
+		sheaf_wr(h->blocks_mapped, h->blocks_mapped - 1);
+		sheaf_wr(h->returned_bytes, h->returned_bytes + SHEAF_BLOCK_SIZE);
 	} else {
 		/* Still mapped (reported): at least give the memory back. */
 		entry |= SHEAF_BLOCK_STILL_MAPPED;
 		if (sheaf_os_purge(page_addr(pg), SHEAF_BLOCK_SIZE) == 0)
-			h->returned_bytes += SHEAF_BLOCK_SIZE;
+			sheaf_wr(h->returned_bytes, h->returned_bytes + SHEAF_BLOCK_SIZE);
 	}
 	/* 512 entries * 8 B = one page; 512 * 64 B = 8 pages: both page aligned.  A
 	 * failure leaves zeros resident (reported), nothing else. */
@@ -293,7 +293,7 @@ static int block_map_locked(size_t blk)
 {
 	int r = map_exact(page_addr(blk << SHEAF_BLOCK_ORDER), SHEAF_BLOCK_SIZE);
 	if (r == 0)
-		sheaf_heap.blocks_mapped++;
+		sheaf_wr(sheaf_heap.blocks_mapped, sheaf_heap.blocks_mapped + 1);
 	return r;
 }
 
@@ -391,7 +391,8 @@ static void purge_locked(size_t keep)
 				 * counted as returned; it is not retried. */
 				if (sheaf_os_purge(page_addr((size_t)(d - h->desc)),
 						   SHEAF_PAGE_SIZE << o) == 0)
-					h->returned_bytes += SHEAF_PAGE_SIZE << o;
+					sheaf_wr(h->returned_bytes,
+						 h->returned_bytes + (SHEAF_PAGE_SIZE << o));
 				dirty_sub_locked(SHEAF_PAGE_SIZE << o);
 				d->pg_dirty = 0;
 			}
@@ -559,7 +560,8 @@ void sheaf_page_purge_all(void)
 					continue;
 				if (sheaf_os_purge(page_addr((size_t)(d - h->desc)),
 						   SHEAF_PAGE_SIZE << o) == 0)
-					h->returned_bytes += SHEAF_PAGE_SIZE << o;
+					sheaf_wr(h->returned_bytes,
+						 h->returned_bytes + (SHEAF_PAGE_SIZE << o));
 				d->pg_dirty = 0;
 			}
 		}

@@ -79,8 +79,9 @@ struct sheaf_heap {
 				       unused through the whole epoch (page.c, decay) */
 	uint64_t decay_epoch_ns; /* start of the current decay epoch */
 	size_t mapped_bytes;     /* pages handed to slabs (read racily) */
-	size_t returned_bytes;   /* purged over the process life (read racily) */
-	size_t blocks_mapped;    /* blocks of address space held now (read racily) */
+	size_t returned_bytes;   /* purged over the process life (read racily: written
+				   with sheaf_wr under the lock) */
+	size_t blocks_mapped;    /* blocks of address space held now (the same) */
 	size_t holes;            /* blocks given up: something else was mapped there */
 	bool gate_closed;        /* sheaf_page_fast_gate(true): fast frees go slow */
 	unsigned purge_order;

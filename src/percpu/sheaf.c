@@ -474,7 +474,10 @@ static void drain_sheaf(struct sheaf_cache *c, struct sheaf_pcs *pcs, struct she
 void sheaf_pcs_drain(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool to_slabs)
 {
 	sheaf_pcs_harvest(pcs);
-	if (pcs->rcu_free)
+	/* rcu_free is the RCU layer's, under pcs->rcu_lock, which a barrier may hold
+	 * right now: the hook looks under that lock (an unlocked test of it here was a
+	 * data race TSan reported against the barrier's take, 2026-11-29). */
+	if (sheaf_percpu_hooks.rcu_flush_pcs)
 		sheaf_percpu_hooks.rcu_flush_pcs(c, pcs); /* rcu/ */
 	if (pcs->spare) {
 		drain_sheaf(c, pcs, pcs->spare, to_slabs);
