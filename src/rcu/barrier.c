@@ -230,3 +230,35 @@ __attribute__((destructor)) static void rcu_free_unload(void)
 	if (online)
 		ops->online();
 }
+
+/* Rank RCU_BARRIER, from cache.c's CACHES walk (caches_lock held): try-lock every
+ * cache's barrier mutex; false (nothing held) when a barrier is running. */
+bool sheaf_rcu_fork_trylock_barriers(void)
+{
+	struct sheaf_list *pos;
+	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next) {
+		struct rcu_state *st =
+			sheaf_container_of(pos, struct sheaf_cache, cache_list)->rcu_priv;
+		if (!st || sheaf_mutex_trylock(&st->barrier_mutex, SHEAF_LOCK_RCU_BARRIER))
+			continue;
+		/* Let go of those taken so far. */
+		for (pos = pos->prev; pos != &sheaf_reg.caches; pos = pos->prev) {
+			st = sheaf_container_of(pos, struct sheaf_cache, cache_list)->rcu_priv;
+			if (st)
+				sheaf_mutex_unlock(&st->barrier_mutex, SHEAF_LOCK_RCU_BARRIER);
+		}
+		return false;
+	}
+	return true;
+}
+
+void sheaf_rcu_fork_unlock_barriers(void)
+{
+	struct sheaf_list *pos;
+	for (pos = sheaf_reg.caches.prev; pos != &sheaf_reg.caches; pos = pos->prev) {
+		struct rcu_state *st =
+			sheaf_container_of(pos, struct sheaf_cache, cache_list)->rcu_priv;
+		if (st)
+			sheaf_mutex_unlock(&st->barrier_mutex, SHEAF_LOCK_RCU_BARRIER);
+	}
+}

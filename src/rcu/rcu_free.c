@@ -502,10 +502,12 @@ static void fallback_add(struct sheaf_cache *c, const struct rcu_ops *ops, void 
 {
 	struct rcu_state *st = c->rcu_priv;
 	if (!st) {
+		atomic_fetch_add(&c->rcu_inflight_objects, 1);
 		free_sync(c, ops, obj);
 		return;
 	}
 	sheaf_mutex_lock(&st->lock, SHEAF_LOCK_RCU_STATE);
+	atomic_fetch_add(&c->rcu_inflight_objects, 1); /* see sheaf_cache_free_rcu */
 	struct rcu_batch *u = st->fb;
 	if (!u) {
 		/* Metadata allocation under st->lock: meta caches never take rcu locks. */
@@ -604,7 +606,6 @@ SHEAF_API void sheaf_cache_free_rcu(struct sheaf_cache *c, void *obj)
 	if (!obj || !free_rcu_checks(c, obj))
 		return;
 	const struct rcu_ops *ops = rcu_use();
-	atomic_fetch_add(&c->rcu_inflight_objects, 1);
 	struct rcu_state *st = c->rcu_priv;
 	uint32_t cap = atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed);
 	struct sheaf_pcs *pcs = (st && cap) ? sheaf_pcs_lock(c) : NULL;
@@ -625,11 +626,13 @@ SHEAF_API void sheaf_cache_free_rcu(struct sheaf_cache *c, void *obj)
 	if (sheaf_unlikely(sheaf_sheaf_top_is(s, obj))) {
 		sheaf_mutex_unlock(&pcs->rcu_lock, SHEAF_LOCK_PCS_RCU);
 		sheaf_pcs_unlock(c, pcs);
-		atomic_fetch_sub(&c->rcu_inflight_objects, 1);
 		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj,
 			    "free_rcu of an object already free");
 		return;
 	}
+	/* Counted under locks a fork's handlers hold (here and in fallback_add): counted
+	 * earlier, a fork child could keep one object in flight for good (2026-11-29). */
+	atomic_fetch_add(&c->rcu_inflight_objects, 1);
 	sheaf_sheaf_push(s, obj);
 	sheaf_stat_add(pcs, SHEAF_STAT_FREE_RCU_SHEAF, 1);
 	if (s->size == s->capacity) {
@@ -733,38 +736,6 @@ static void fork_release_warm(bool child)
 	}
 	fork_paused = 0;
 	sheaf_mutex_unlock(&warm_lock, SHEAF_LOCK_RCU_WARM);
-}
-
-/* Rank RCU_BARRIER, from cache.c's CACHES walk (caches_lock held): try-lock every
- * cache's barrier mutex; false (nothing held) when a barrier is running. */
-bool sheaf_rcu_fork_trylock_barriers(void)
-{
-	struct sheaf_list *pos;
-	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next) {
-		struct rcu_state *st =
-			sheaf_container_of(pos, struct sheaf_cache, cache_list)->rcu_priv;
-		if (!st || sheaf_mutex_trylock(&st->barrier_mutex, SHEAF_LOCK_RCU_BARRIER))
-			continue;
-		/* Let go of those taken so far. */
-		for (pos = pos->prev; pos != &sheaf_reg.caches; pos = pos->prev) {
-			st = sheaf_container_of(pos, struct sheaf_cache, cache_list)->rcu_priv;
-			if (st)
-				sheaf_mutex_unlock(&st->barrier_mutex, SHEAF_LOCK_RCU_BARRIER);
-		}
-		return false;
-	}
-	return true;
-}
-
-void sheaf_rcu_fork_unlock_barriers(void)
-{
-	struct sheaf_list *pos;
-	for (pos = sheaf_reg.caches.prev; pos != &sheaf_reg.caches; pos = pos->prev) {
-		struct rcu_state *st =
-			sheaf_container_of(pos, struct sheaf_cache, cache_list)->rcu_priv;
-		if (st)
-			sheaf_mutex_unlock(&st->barrier_mutex, SHEAF_LOCK_RCU_BARRIER);
-	}
 }
 
 /* Rank RCU_STATE: every cache's rcu_state.lock (caches_lock is held by the walk). */
