@@ -161,7 +161,9 @@ SHEAF_API int sheaf_rcu_set_flavor(enum sheaf_rcu_flavor f);
  * Returns 0, -ENOENT (unknown name), -EINVAL (bad value) or -EBUSY. */
 SHEAF_API int sheaf_option_set(const char *name, const char *value);
 
-/* Which per-CPU mode is active: "percpu-rseq" or "per-thread". */
+/* Which per-CPU mode is active: "percpu-rseq" or "per-thread"; "not started" before
+ * Sheaf starts (the first cache, or the first allocation under the malloc front end),
+ * when the mode is not chosen yet. */
 SHEAF_API const char *sheaf_percpu_mode(void);
 
 /* Flush the calling thread's sheaves (per-thread mode) to the barns; in

@@ -203,5 +203,9 @@ static void fork_register_cache_ranks(void)
 
 SHEAF_API const char *sheaf_percpu_mode(void)
 {
+	/* Before Sheaf starts the mode is not chosen yet: it said "per-thread" there,
+	 * then "percpu-rseq" once the first cache was made (2026-11-29). */
+	if (atomic_load_explicit(&sheaf_g.init_state, memory_order_acquire) != 2)
+		return "not started";
 	return sheaf_reg.mode == SHEAF_MODE_PERCPU ? "percpu-rseq" : "per-thread";
 }

@@ -301,6 +301,8 @@ static void test_thread_exit(void)
 
 int main(void)
 {
+	/* Before the first cache no mode is chosen (it said per-thread, 2026-11-29). */
+	CHECK(!strcmp(sheaf_percpu_mode(), "not started"));
 	RUN(test_conservation);
 	RUN(test_bulk);
 	RUN(test_prefill);
