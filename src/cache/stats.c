@@ -110,7 +110,9 @@ static void zero_pcs(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
 
 SHEAF_API void sheaf_stats_reset(struct sheaf_cache *c)
 {
-	if (!c)
+	/* NULL does nothing (README "Errors"); a destroyed or foreign handle is reported
+	 * (it was walked as if live until 2026-11-29: adversarial review). */
+	if (!c || !sheaf_cache_check(c))
 		return;
 	sheaf_pcs_for_each(c, zero_pcs, NULL);
 	for (int i = 0; i < SHEAF_STAT_NR; i++)

@@ -652,6 +652,11 @@ static void do_stats_destroyed(void *a)
 	struct sheaf_stats st = { .size = sizeof(st) };
 	sheaf_stats_get(ms_dead, &st);
 }
+static void do_reset_destroyed(void *a)
+{
+	(void)a;
+	sheaf_stats_reset(ms_dead);
+}
 static void do_barrier_destroyed(void *a)
 {
 	(void)a;
@@ -754,6 +759,8 @@ static void test_handles(void)
 		  "ms-dead", ms_dead);
 	ms_expect("statistics of a destroyed cache", do_stats_destroyed, NULL, "destroyed cache",
 		  "ms-dead", ms_dead);
+	ms_expect("statistics reset of a destroyed cache", do_reset_destroyed, NULL,
+		  "destroyed cache", "ms-dead", ms_dead);
 	ms_expect("RCU barrier of a destroyed cache", do_barrier_destroyed, NULL, "destroyed cache",
 		  "ms-dead", ms_dead);
 	ms_expect("free_rcu into a destroyed cache", do_free_rcu_destroyed, d, "destroyed cache",
