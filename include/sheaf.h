@@ -64,8 +64,10 @@ struct sheaf_prefilled;
 
 /* The largest sheaf capacity (sheaf_cache_args.sheaf_capacity,
  * sheaf_cache_set_capacity, SHEAF_SHEAF_CAPACITY) and the largest prefill:
- * at most SHEAF_MAX_SHEAF_CAPACITY objects and SHEAF_MAX_SHEAF_BYTES of them
- * (so that no refill commits more), else EINVAL.  SHEAF_SHEAF_CAPACITY is
+ * at most SHEAF_MAX_SHEAF_CAPACITY objects and SHEAF_MAX_SHEAF_BYTES of their
+ * slots (each object with what the cache keeps beside it: 16 bytes for a cache
+ * with a constructor or SHEAF_TYPESAFE_BY_RCU, more for a debug cache), so that
+ * no refill commits more, else EINVAL.  SHEAF_SHEAF_CAPACITY is
  * lowered to a cache's byte bound instead. */
 #define SHEAF_MAX_SHEAF_CAPACITY 4096u
 #define SHEAF_MAX_SHEAF_BYTES    (64u << 20)
@@ -79,7 +81,9 @@ struct sheaf_cache_args {
 
 /* Create a cache of objects of @size bytes.  @args may be NULL.  @name is
  * copied (at most 47 bytes kept).  Returns NULL with errno set on failure
- * (EINVAL for size 0, a size over SHEAF_MAX_OBJECT_SIZE, a bad alignment, a
+ * (EINVAL for size 0, a size whose slot is over SHEAF_MAX_OBJECT_SIZE (the object
+ * with what the cache keeps beside it: a constructor or SHEAF_TYPESAFE_BY_RCU cache
+ * takes objects up to 1 MiB - 16 bytes, a debug cache less), a bad alignment, a
  * sheaf_capacity over SHEAF_MAX_SHEAF_CAPACITY or an undefined flag; ENOMEM);
  * on success errno is left as it was.
  *

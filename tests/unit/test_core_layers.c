@@ -256,6 +256,15 @@ static void test_geometry(void)
 		}
 		sheaf_cache_destroy(c);
 	}
+	/* The bound is on the slot (sheaf.h): a constructor cache keeps 16 bytes beside
+	 * each object, so it takes 1 MiB - 16 and refuses 1 MiB - 15. */
+	struct sheaf_cache_args wc = { .ctor = ctor };
+	c = sheaf_cache_create("max-ctor", SHEAF_MAX_OBJECT_SIZE - 16, &wc);
+	CHECK(c != NULL);
+	sheaf_cache_destroy(c);
+	errno = 0;
+	CHECK(sheaf_cache_create("max-ctor", SHEAF_MAX_OBJECT_SIZE - 15, &wc) == NULL &&
+	      errno == EINVAL);
 }
 
 /* A slow path that finds its CPU's lock held yields to the holder twice, counted in
