@@ -164,7 +164,7 @@ int rcu_wait_prepare(const struct rcu_ops *ops, const struct sheaf_cache *c)
 	 * ("?") and no address. */
 	sheaf_error(
 		SHEAF_ERR_RCU, c ? c->name : NULL, c,
-		"RCU barrier called inside an RCU read-side critical section (it would deadlock); skipped");
+		"RCU barrier called inside an RCU read-side critical section (it would deadlock)");
 	return -1;
 }
 

@@ -101,6 +101,27 @@ static void test_double_free(void)
 	CHECKF(site_after(r.err, "last freed at", child_double_free), "%s", r.err);
 }
 
+/* The same through free_bulk: the recorded free and the operation that found it name
+ * the program's call site (both named sheaf_cache_free_bulk until 2026-11-29). */
+static __attribute__((noinline)) void child_double_free_bulk(void *arg)
+{
+	struct sheaf_cache *c = mk("dbg-dfree-bulk", 0);
+	void *v[1] = { sheaf_cache_alloc(c) };
+	sheaf_cache_free_bulk(c, 1, v);
+	sheaf_cache_free_bulk(c, 1, v);
+	fprintf(stderr, "@survived\n");
+}
+
+static void test_double_free_bulk(void)
+{
+	struct th_child r;
+	th_run_child(child_double_free_bulk, NULL, &r);
+	CHECKF(aborted(&r), "status %d sig %d: %s", r.status, r.sig, r.err);
+	CHECK(strstr(r.err, "sheaf: double free: cache 'dbg-dfree-bulk'") != NULL);
+	CHECKF(site_after(r.err, "last freed at", child_double_free_bulk), "%s", r.err);
+	CHECKF(site_after(r.err, "operation called from", child_double_free_bulk), "%s", r.err);
+}
+
 /* ---- write after free ------------------------------------------------------------ */
 
 static __attribute__((noinline)) void child_write_after_free(void *arg)
@@ -421,6 +442,7 @@ int main(void)
 	REQUIRE(sheaf_option_set("SLAB_DEBUG", "FZPU,dbg-*;Z,dbg-zonly;-,dbg-off") == 0);
 	RUN(test_selection_and_layout);
 	RUN(test_double_free);
+	RUN(test_double_free_bulk);
 	RUN(test_write_after_free);
 	RUN(test_redzone_overwrite);
 	RUN(test_redzone_while_free);
