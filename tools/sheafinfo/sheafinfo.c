@@ -54,15 +54,21 @@ static pid_t target_pid;
 
 /* ---- Errors: one line, then exit ---------------------------------------------------- */
 
+/* One line on stderr, then exit with @status. */
+static void __attribute__((noreturn, format(printf, 2, 0)))
+vdie(int status, const char *fmt, va_list ap)
+{
+	fprintf(stderr, "%s: ", prog);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	exit(status);
+}
+
 static void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	fprintf(stderr, "%s: ", prog);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-	exit(1);
+	vdie(1, fmt, ap);
 }
 
 /* A usage error (a bad option value, or options that do not go together): one line,
@@ -71,11 +77,7 @@ static void __attribute__((noreturn, format(printf, 1, 2))) die_usage(const char
 {
 	va_list ap;
 	va_start(ap, fmt);
-	fprintf(stderr, "%s: ", prog);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-	exit(2);
+	vdie(2, fmt, ap);
 }
 
 static void __attribute__((noreturn)) die_permission(void)
