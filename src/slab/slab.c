@@ -265,8 +265,18 @@ struct sheaf_slab *sheaf_slab_check_obj(struct sheaf_cache *c, const void *obj, 
 	}
 	struct sheaf_cache *owner = s->sl_node->cache;
 	if (sheaf_unlikely(owner != c)) {
-		sheaf_error(SHEAF_ERR_WRONG_CACHE, c->name, obj, "%s of an object of cache '%s'",
-			    op, owner->name);
+		/* No program holds an object of Sheaf's own metadata caches: such a pointer
+		 * was freed before, and its slab given back and taken again for metadata
+		 * (a double free after a shrink, most likely).  It was named only as an
+		 * object of cache 'sheaf-meta-...' until 2026-11-29 (adversarial review). */
+		if (owner->is_meta)
+			sheaf_error(SHEAF_ERR_WRONG_CACHE, c->name, obj,
+				    "%s of a pointer into Sheaf's own metadata (freed before, its "
+				    "slab since given back and reused: a double free?)",
+				    op);
+		else
+			sheaf_error(SHEAF_ERR_WRONG_CACHE, c->name, obj,
+				    "%s of an object of cache '%s'", op, owner->name);
 		return NULL;
 	}
 	uint32_t idx;

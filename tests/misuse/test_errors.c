@@ -268,6 +268,34 @@ static void test_destroy_leak_dead(void)
 	CHECKF(n == 3, "%d destroyed-cache reports; got: %s", n, r.err);
 }
 
+/* A double free after the object's slab went back and was taken again for Sheaf's own
+ * metadata (a prefilled sheaf's array) says it may be a double free; it named only the
+ * metadata cache ('sheaf-meta-4096') until 2026-11-29 (adversarial review). */
+static void do_free_into_meta(void *a)
+{
+	(void)a;
+	struct sheaf_cache_args args = { .flags = SHEAF_NO_SHEAVES };
+	struct sheaf_cache *c = sheaf_cache_create("reused", 64, &args);
+	void *x = sheaf_cache_alloc(c);
+	sheaf_cache_free(c, x);
+	sheaf_cache_shrink(c);
+	struct sheaf_prefilled *pf = sheaf_cache_prefill(c, 500);
+	sheaf_cache_free(c, x); /* reported, whatever holds the page now */
+	if (pf)
+		sheaf_cache_return(c, pf);
+	_exit(0);
+}
+
+static void test_free_into_meta(void)
+{
+	struct th_child r;
+	sheaf_error_set_warn(1);
+	th_run_child(do_free_into_meta, NULL, &r);
+	sheaf_error_set_warn(0);
+	CHECKF(r.exited && r.status == 0, "exit %d sig %d", r.status, r.sig);
+	CHECKF(strstr(r.err, "a double free?") != NULL, "got: %s", r.err);
+}
+
 int main(void)
 {
 	ca = sheaf_cache_create("cache-a", 64, NULL);
@@ -279,5 +307,6 @@ int main(void)
 	RUN(test_fork);
 	RUN(test_destroy_leak);
 	RUN(test_destroy_leak_dead);
+	RUN(test_free_into_meta);
 	return th_done();
 }
