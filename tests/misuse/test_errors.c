@@ -106,12 +106,18 @@ static void do_warn_mode(void *a)
 	_exit(0);
 }
 
-static void test_warn_mode(void)
+/* Run @fn in a child with SHEAF_ON_ERROR=warn (reports, leaks, continues). */
+static void run_warn_child(void (*fn)(void *), struct th_child *r)
 {
 	sheaf_error_set_warn(1);
-	struct th_child r;
-	th_run_child(do_warn_mode, NULL, &r);
+	th_run_child(fn, NULL, r);
 	sheaf_error_set_warn(0);
+}
+
+static void test_warn_mode(void)
+{
+	struct th_child r;
+	run_warn_child(do_warn_mode, &r);
 	CHECK(r.exited && r.status == 0);
 	CHECK(strstr(r.err, "leaked") != NULL);
 	CHECK(strstr(r.err, "did not allocate") != NULL);
@@ -258,9 +264,7 @@ static void do_leak_then_use(void *a)
 static void test_destroy_leak_dead(void)
 {
 	struct th_child r;
-	sheaf_error_set_warn(1);
-	th_run_child(do_leak_then_use, NULL, &r);
-	sheaf_error_set_warn(0);
+	run_warn_child(do_leak_then_use, &r);
 	CHECKF(r.exited && r.status == 0, "exit %d sig %d", r.status, r.sig);
 	int n = 0;
 	for (const char *e = r.err; (e = strstr(e, "destroyed cache")) != NULL; e++)
@@ -289,9 +293,7 @@ static void do_free_into_meta(void *a)
 static void test_free_into_meta(void)
 {
 	struct th_child r;
-	sheaf_error_set_warn(1);
-	th_run_child(do_free_into_meta, NULL, &r);
-	sheaf_error_set_warn(0);
+	run_warn_child(do_free_into_meta, &r);
 	CHECKF(r.exited && r.status == 0, "exit %d sig %d", r.status, r.sig);
 	CHECKF(strstr(r.err, "a double free?") != NULL, "got: %s", r.err);
 }
