@@ -125,10 +125,10 @@ struct sheaf_global_stats {
 	uint32_t size, version;
 	uint64_t heap_reserved; /* bytes of address space the slab heap holds (2 MiB blocks mapped) */
 	uint64_t heap_mapped;   /* bytes handed to slabs and not yet given back */
-	uint64_t heap_returned; /* bytes covered by the page heap's madvise calls over the
-				 * process life: a page purged, merged into a larger free
-				 * run and purged again counts each time (a measure of
-				 * purge work, not of distinct memory; see README) */
+	uint64_t heap_returned; /* bytes the page heap gave back to the OS over the
+				 * process life: each page freed by a slab counts once
+				 * when it is purged (again if it is used, freed and
+				 * purged again) */
 	uint64_t meta_bytes;    /* internal metadata (sheaves, cache structs) */
 	uint64_t caches;
 	uint64_t nodes, memory_nodes, cpus;

@@ -40,10 +40,12 @@ struct sheaf_slab {
 	uint8_t pg_kind;        /* enum sheaf_page_kind; written under sheaf_heap.lock
 					 (FREE) or before the slab is published (SLAB/TAIL) */
 	uint8_t pg_order;       /* FREE/SLAB: block order */
-	uint8_t pg_dirty;       /* FREE: pages may be resident (not yet purged) */
+	uint8_t pg_dirty;       /* every page, while free: freed since it was last purged
+				   (may be resident); page.c, under sheaf_heap.lock */
 	uint8_t pg_node;        /* FREE/SLAB: memory node of the block */
 	uint8_t sl_on_partial;  /* protected by sl_node->list_lock */
-	uint8_t sl_pad[3];
+	uint8_t sl_pad;
+	uint16_t pg_ndirty; /* FREE head: how many of the run's pages are pg_dirty */
 	uint64_t sl_pad2;
 } sheaf_aligned(SHEAF_CACHELINE);
 
@@ -74,13 +76,13 @@ struct sheaf_heap {
 				       with SHEAF_BLOCK_STILL_MAPPED set failed to unmap */
 	size_t nr_free_blocks, cap_free_blocks;
 	struct sheaf_list dirty_blocks[SHEAF_MAX_NODES]; /* free whole blocks not yet purged */
-	size_t dirty_bytes;                              /* free but still resident (approximate) */
+	size_t dirty_bytes;                              /* free pages with pg_dirty, in bytes */
 	size_t dirty_low;        /* the least dirty_bytes since decay_epoch_ns: what stayed
 				       unused through the whole epoch (page.c, decay) */
 	uint64_t decay_epoch_ns; /* start of the current decay epoch */
 	size_t mapped_bytes;     /* pages handed to slabs (read racily) */
-	size_t returned_bytes;   /* purged over the process life (read racily: written
-				   with sheaf_wr under the lock) */
+	size_t returned_bytes;   /* dirty pages purged over the process life (read racily:
+				   written with sheaf_wr under the lock) */
 	size_t blocks_mapped;    /* blocks of address space held now (the same) */
 	size_t holes;            /* blocks given up: something else was mapped there */
 	bool gate_closed;        /* sheaf_page_fast_gate(true): fast frees go slow */

@@ -79,7 +79,6 @@ static struct sheaf_slab *slab_new(struct sheaf_cache *c, struct sheaf_node *n, 
 	s->pg_head_delta = 0;
 	s->pg_order = (uint8_t)c->order;
 	s->pg_node = (uint8_t)n->nid;
-	s->pg_dirty = 0;
 	s->sl_on_partial = 0;
 	sheaf_wr(s->pg_kind, SHEAF_PG_SLAB);
 	sheaf_list_init(&s->sl_list);
