@@ -64,6 +64,16 @@
 # then the same tests as before: was 33), and a class whose slot is not a power of two takes
 # the reciprocal multiply (45, as before).
 #
+# Since 2026-11-29 (ninth session): sheaf_free 33.  The test of the node's malloc_p2_mask
+# (a `test` and its branch) became the same divisibility test for every class (the offset
+# in the slab, `and` with the slab mask, times ceil(2^64 / slot) below that factor: a copy,
+# `and`, `imul`, `cmp` and the branch; slab.h malloc_div_c), +3.  A program that frees
+# sizes of both kinds at random mispredicted the branch between the power-of-two test and
+# the reciprocal one on about every other free: larson 0.73x, the malloc mix of random
+# sizes 0.54-0.66x the time before; one class's loops 1.00-1.06x (docs/benchmarks.md,
+# ninth session).  A class whose slot is not a power of two now takes this path too (it
+# took about 45).
+#
 # Fails when a count exceeds 45, when any counted instruction carries a `lock` prefix
 # (or is xchg with memory, implicitly locked), or when a count differs from the golden
 # file (then rerun with --update and commit the new file if the change is intended).

@@ -445,8 +445,12 @@ static bool cache_nodes_init(struct sheaf_cache *c, uint32_t cap)
 		n->barn = (struct sheaf_barn *)&nodes[sheaf_g.nnodes] + i;
 		n->cache = c;
 		n->malloc_cache = (c->flags & SHEAF_CACHE_MALLOC_CLASS) ? c : NULL;
-		/* The cache's own one-test mask (set above), for malloc's classes only. */
-		n->malloc_p2_mask = n->malloc_cache ? c->free_p2_mask : UINTPTR_MAX;
+		/* malloc's test of an object start (slab.h), for its classes with the mark. */
+		n->malloc_slab_mask = c->slab_mask;
+		n->malloc_div_c = n->malloc_cache &&
+						  sheaf_u8_any(&c->free_mark, SHEAF_MARK_IN_WORD1) ?
+					  UINT64_MAX / c->slot_size + 1 :
+					  0;
 		n->nid = i;
 		n->mem_nid = sheaf_g.node_mem_nid[i];
 		n->has_memory = sheaf_g.node_has_mem[i];

@@ -160,11 +160,23 @@ sheaf_fast_inline void *sheaf_malloc_inline(size_t n)
  * or locked main, extents, foreign pointers, errors. */
 void sheaf_free_slowpath(void *p) __attribute__((noinline));
 
+/* Is @p an object start of the size class whose node is @n, a class with the free
+ * mark?  The same five instructions for every class, with no branch on the kind of
+ * slot size (slab.h malloc_div_c: the offset in the slab times ceil(2^64 / slot) is
+ * below that factor exactly for multiples of the slot); false for every other node. */
+sheaf_fast_inline bool sheaf_malloc_start_ok(const struct sheaf_node *n, const void *p)
+{
+	uint64_t off = (uintptr_t)p & n->malloc_slab_mask;
+	/* The compare with the factor in memory (config.h): written with `<`, GCC loads
+	 * the factor into a register for its two uses, one instruction more. */
+	return sheaf_u64_below(off * n->malloc_div_c, &n->malloc_div_c);
+}
+
 /* sheaf_free(): one page-map load gives the owning cache node, whose
- * malloc_p2_mask tests "a class with a power-of-two slot and the free mark, and an
- * object start" at once (the usual case), and whose malloc_cache is its cache if
- * that is one of malloc's classes, then the per-CPU push (rseq.h).  Where that
- * misses for want of an rseq CPU (per-thread mode: SHEAF_PERCPU=thread, no rseq,
+ * malloc_slab_mask and malloc_div_c test "a class with the free mark, and an object
+ * start of it" (sheaf_malloc_start_ok: the usual case), and whose malloc_cache is its
+ * cache if that is one of malloc's classes, then the per-CPU push (rseq.h).  Where
+ * that misses for want of an rseq CPU (per-thread mode: SHEAF_PERCPU=thread, no rseq,
  * Valgrind), the thread's own push with the same key and cache, inline
  * (fastpath.h sheaf_thread_push: every check of a free), instead of a slow path
  * that looked them up again (issue 17).
@@ -186,31 +198,23 @@ sheaf_fast_inline void sheaf_free_inline(void *p)
 			if (sheaf_likely(k != 0)) {
 				const struct sheaf_node *n = (const struct sheaf_node *)k;
 				struct sheaf_cache *fc = n->malloc_cache;
-				/* The usual case in one test (slab.h malloc_p2_mask): p is an
-				 * object start of a class with a power-of-two slot and the free
-				 * mark in the object; the sequence tests and writes the mark
-				 * (slab/freecheck.h, fastpath.h). */
-				if (sheaf_likely(
-					    sheaf_and_zero((uintptr_t)p, &n->malloc_p2_mask))) {
+				/* The usual case (slab.h malloc_div_c): p is an object start of a
+				 * class with the free mark in the object; the sequence tests and
+				 * writes the mark (slab/freecheck.h, fastpath.h). */
+				if (sheaf_likely(sheaf_malloc_start_ok(n, p))) {
 					if (sheaf_likely(sheaf_cpu_push_key(fc, p, k, true)) ||
 					    sheaf_likely(sheaf_thread_push_gated(fc, p, k, true)))
 						return;
 					goto slow_free;
 				}
-				/* The other classes: the reciprocal object-start test and the
-				 * mark, or no check at all (SHEAF_FREE_CHECKS=0).  A pointer
-				 * of a power-of-two class that failed the mask is not an
-				 * object start: the slow path reports it. */
+				/* Not a class, a class without checks (SHEAF_FREE_CHECKS=0:
+				 * no test at all), or not an object start of a checked class
+				 * (the slow path reports it). */
 				if (sheaf_unlikely(fc == NULL))
 					goto slow_free;
-				if (fc->free_mark == SHEAF_MARK_WORD1) {
-					if (sheaf_likely(sheaf_obj_is_start(fc, p)) &&
-					    sheaf_likely(sheaf_cpu_push_key(fc, p, k, true)))
-						return;
-				} else if (!fc->free_checks &&
-					   sheaf_likely(sheaf_cpu_push_key(fc, p, k, false))) {
+				if (!fc->free_checks &&
+				    sheaf_likely(sheaf_cpu_push_key(fc, p, k, false)))
 					return;
-				}
 				if (sheaf_likely(sheaf_thread_push_gated(fc, p, k, false)))
 					return;
 			}

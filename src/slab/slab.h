@@ -33,12 +33,20 @@ struct sheaf_node {
 	 * else NULL: malloc's free fast path goes from the page map to the cache it
 	 * pushes to in two loads, with no flag test (malloc/malloc.h). */
 	struct sheaf_cache *malloc_cache;
-	/* malloc's free fast path in one test (malloc/malloc.h): the cache's free_p2_mask
-	 * for a size class (slot_size - 1 when its free mark is SHEAF_MARK_WORD1_P2, so that
-	 * `p & malloc_p2_mask` is 0 exactly for an object start of such a class); all ones
-	 * for every other cache (any non-NULL pointer fails the test and takes the general
-	 * path).  Set with malloc_cache, before any key of this node is published. */
-	uintptr_t malloc_p2_mask;
+	/* malloc's free fast path tests "a size class with the free mark, and an object
+	 * start of it" with these two, the same instructions for every class
+	 * (malloc/malloc.h sheaf_malloc_start_ok): the offset in the slab,
+	 * `p & malloc_slab_mask`, is a multiple of the slot size exactly when its product
+	 * with malloc_div_c = ceil(2^64 / slot_size) is below malloc_div_c, modulo 2^64
+	 * (Lemire, Kaser and Kurz's divisibility test; exact for offsets below 2^32 and every
+	 * slot size from 2 to 2^32, so for every slab).  malloc_div_c is 0 for every other
+	 * cache (no class, or a class without the mark): no product is below 0, so those
+	 * take the general path.  Until 2026-11-29 the test was a mask for power-of-two
+	 * slots and a branch to a reciprocal for the others, which a program freeing sizes
+	 * of both kinds at random mispredicted on about every other free (docs/benchmarks.md,
+	 * ninth session).  Set with malloc_cache, before any key of this node is published. */
+	uintptr_t malloc_slab_mask;
+	uint64_t malloc_div_c;
 	int nid;     /* this node */
 	int mem_nid; /* node whose memory backs this node's slabs (itself, or the
 				       nearest memory node when this one is memoryless, D3) */
@@ -46,7 +54,7 @@ struct sheaf_node {
 	struct sheaf_barn *barn; /* barn/: this node's barn, allocated with the node;
 				       constant while the cache lives */
 	/* Everything above is written once, before the node's key is published, and
-	 * malloc's free reads malloc_cache and malloc_p2_mask on every call; what follows
+	 * malloc's free reads malloc_cache, malloc_slab_mask and malloc_div_c on every call; what follows
 	 * is written by the slab paths of every CPU (the lock on each refill and flush),
 	 * so it starts a line of its own: in the same line, each of those writes took
 	 * the line from the CPUs freeing into the node's cache. */

@@ -680,6 +680,44 @@ static void t_extent_registry(void)
 }
 
 /* malloc_trim gives memory back: RSS falls after a burst is freed. */
+/* malloc's free tests "an object start of a checked class" with one divisibility test
+ * for every class (slab.h malloc_div_c, malloc.h sheaf_malloc_start_ok): for each class,
+ * against the remainder, at every offset of its slab; and for a node that is not a
+ * class, false everywhere. */
+static void t_start_test_every_class(void)
+{
+	int bad = 0, classes = 0;
+	for (unsigned i = 0; i < SHEAF_SC_COUNT; i++) {
+		void *p = sheaf_malloc(sheaf_sc_size[i]);
+		REQUIRE(p);
+		struct sheaf_node *n = (struct sheaf_node *)sheaf_page_key(p);
+		REQUIRE(n && n->malloc_cache == n->cache);
+		const struct sheaf_cache *c = n->cache;
+		bool checked = c->free_checks && c->free_mark != SHEAF_MARK_NONE;
+		uintptr_t base = (uintptr_t)p & ~c->slab_mask;
+		for (uintptr_t off = 0; off <= c->slab_mask; off++) {
+			bool want = checked && off % c->slot_size == 0;
+			if (sheaf_malloc_start_ok(n, (void *)(base + off)) != want && bad++ < 5)
+				fprintf(stderr, "# class %u (slot %u): offset %zu\n", i,
+					(unsigned)c->slot_size, (size_t)off);
+		}
+		classes += checked;
+		sheaf_free(p);
+	}
+	CHECK(bad == 0);
+	if (!SANITIZE_ADDRESS) /* ASan builds keep no mark (slab.h free_mark) */
+		CHECK(classes == (int)SHEAF_SC_COUNT); /* the default: every class checked */
+	/* A cache that is not one of malloc's: never the fast path's start. */
+	struct sheaf_cache *other = sheaf_cache_create("not-a-class", 64, NULL);
+	REQUIRE(other);
+	void *o = sheaf_cache_alloc(other);
+	REQUIRE(o);
+	struct sheaf_node *on = (struct sheaf_node *)sheaf_page_key(o);
+	CHECK(on && on->malloc_div_c == 0 && !sheaf_malloc_start_ok(on, o));
+	sheaf_cache_free(other, o);
+	sheaf_cache_destroy(other);
+}
+
 static void t_trim(void)
 {
 	enum {
@@ -776,5 +814,6 @@ int main(void)
 	RUN(t_extent_cache_rlimit);
 	RUN(t_extent_registry);
 	RUN(t_trim);
+	RUN(t_start_test_every_class);
 	return th_done();
 }
