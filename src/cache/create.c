@@ -207,6 +207,7 @@ static int compute_layout(struct sheaf_cache *c, size_t size, const struct sheaf
 	c->objs_per_slab =
 		(uint32_t)SHEAF_MIN((SHEAF_PAGE_SIZE << c->order) / c->slot_size, SHEAF_MAX_OBJS);
 	c->slot_recip = (uint32_t)(((1ull << 32) + c->slot_size - 1) / c->slot_size);
+	c->slot_div_c = UINT64_MAX / c->slot_size + 1;
 	c->slab_mask = (SHEAF_PAGE_SIZE << c->order) - 1;
 	c->start_mask = (c->slot_size & (c->slot_size - 1)) == 0 && c->obj_offset == 0 ?
 				c->slot_size - 1 :

@@ -6,10 +6,12 @@
  * free".
  *
  * Object start, without a division: slabs are aligned to their size, so a pointer's
- * offset in its slab is `p & slab_mask`; the slot index is that offset times
- * ceil(2^32 / slot_size), shifted down by 32 (the kernel's obj_to_index with
- * reciprocal_value(), docs/kernel.md), exact for every offset below 2^20 and slot
- * sizes up to 1 MiB; the pointer is an object start iff index * slot_size == offset.
+ * offset in its slab is `p & slab_mask`, and it is a multiple of the slot size iff its
+ * product with ceil(2^64 / slot_size), modulo 2^64, is below that factor (Lemire, Kaser
+ * and Kurz's divisibility test; sheaf_obj_is_start).  The slot index itself (slab.c)
+ * is the offset times ceil(2^32 / slot_size) shifted down by 32 (the kernel's
+ * obj_to_index with reciprocal_value(), docs/kernel.md), exact for every offset below
+ * 2^20 and slot sizes up to 1 MiB.
  * When the slot size is a power of two the fast paths test p & start_mask (slot - 1)
  * instead: the same answer, since the slab's size is a multiple of the slot's.
  * Debug caches (obj_offset != 0) never take these paths: they check on their slab path.
@@ -44,12 +46,16 @@
 extern struct sheaf_line_u64 sheaf_free_key
 	sheaf_hidden; /* hidden: one RIP-relative load on the fast paths */
 
-/* @p (known to lie in a slab of @c) is exactly the start of one of its objects. */
+/* @p (known to lie in a slab of @c) is exactly the start of one of its objects: its
+ * offset in the slab is a multiple of the slot size exactly when the product of the two,
+ * offset times ceil(2^64 / slot_size) modulo 2^64, is below that factor (Lemire, Kaser
+ * and Kurz's divisibility test, exact for offsets below 2^32 and slot sizes from 2 up;
+ * sheaf_cache.slot_div_c).  Three instructions with the factor in memory, where the index and its
+ * product with the slot size took five (issue 17, docs/benchmarks.md ninth session). */
 static inline bool sheaf_obj_is_start(const struct sheaf_cache *c, const void *p)
 {
-	uintptr_t off = (uintptr_t)p & c->slab_mask;
-	uint64_t idx = ((uint64_t)off * c->slot_recip) >> 32;
-	return idx * c->slot_size == off;
+	uint64_t off = (uintptr_t)p & c->slab_mask;
+	return sheaf_u64_below(off * c->slot_div_c, &c->slot_div_c);
 }
 
 /* The mark is read and written through this type: in a cache whose slot size is not a

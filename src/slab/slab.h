@@ -132,6 +132,8 @@ struct sheaf_cache {
 				   all ones: "the usual cache, and an object start of it"
 				   in one test (percpu/fastpath.h sheaf_cpu_free) */
 	size_t slot_size;       /* stride between slots */
+	uint64_t slot_div_c;    /* ceil(2^64 / slot_size): the object-start test
+				   (slab/freecheck.h sheaf_obj_is_start) */
 	uint32_t id;            /* index into per-thread tables */
 	uint32_t flags;         /* SHEAF_* cache flags */
 	uint32_t debug_flags;   /* SHEAF_DEBUG_* in effect (debug caches have no sheaves) */

@@ -304,6 +304,34 @@ static void test_pcs_lock_waits(void)
 	sched_setaffinity(0, sizeof(old), &old);
 }
 
+/* The object-start test (slab/freecheck.h sheaf_obj_is_start: a divisibility test by
+ * multiply and compare) against the remainder, at every offset of a slab, for slot sizes
+ * of every kind: powers of two, multiples of 8 and 16, 1-byte aligned odd sizes, a
+ * constructor cache (its mark past the object), large slots. */
+static void test_start_test_exact(void)
+{
+	static const size_t sizes[] = { 15,   16,   17,   24,   40,   48,    56,
+					96,   100,  160,  200,  255,  384,   640,
+					1000, 1024, 3000, 4096, 5000, 12345, 65536 };
+	int bad = 0;
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		for (int kind = 0; kind < 2; kind++) {
+			struct sheaf_cache_args a = { .align = 1, .ctor = kind ? ctor : NULL };
+			struct sheaf_cache *c = sheaf_cache_create("start", sizes[i], &a);
+			REQUIRE(c);
+			for (uintptr_t off = 0; off <= c->slab_mask; off++) {
+				bool want = off % c->slot_size == 0;
+				if (sheaf_obj_is_start(c, (void *)(0x40000000ul + off)) != want &&
+				    bad++ < 5)
+					fprintf(stderr, "# size %zu slot %zu offset %zu\n",
+						sizes[i], c->slot_size, (size_t)off);
+			}
+			sheaf_cache_destroy(c);
+		}
+	}
+	CHECK(bad == 0);
+}
+
 int main(void)
 {
 	RUN(test_page_lookup);
@@ -312,6 +340,7 @@ int main(void)
 	RUN(test_barn_layer);
 	RUN(test_capacity);
 	RUN(test_geometry);
+	RUN(test_start_test_exact);
 	RUN(test_pcs_lock_waits);
 	return th_done();
 }
