@@ -208,12 +208,15 @@ static int compute_layout(struct sheaf_cache *c, size_t size, const struct sheaf
 		(uint32_t)SHEAF_MIN((SHEAF_PAGE_SIZE << c->order) / c->slot_size, SHEAF_MAX_OBJS);
 	c->slot_recip = (uint32_t)(((1ull << 32) + c->slot_size - 1) / c->slot_size);
 	c->slot_div_c = UINT64_MAX / c->slot_size + 1;
+	uint64_t div_e = (uint64_t)c->slot_size * c->slot_div_c; /* mod 2^64 (freecheck.h) */
+	c->slot_div_lim = div_e ? (uint64_t)c->objs_per_slab * div_e : c->slot_div_c;
 	c->slab_mask = (SHEAF_PAGE_SIZE << c->order) - 1;
 	c->start_mask = (c->slot_size & (c->slot_size - 1)) == 0 && c->obj_offset == 0 ?
 				c->slot_size - 1 :
 				0;
-	/* The object-start test (freecheck.h) takes every multiple of the slot size in the
-	 * slab for an object: no whole slot may fit in the slab's tail. */
+	/* The object-start tests (freecheck.h) take every multiple of the slot size below
+	 * objs_per_slab slots for an object: no whole slot may fit in the slab's tail (the
+	 * power-of-two mask tests have none: the slot divides the slab). */
 	sheaf_assert(c->slot_size * (c->objs_per_slab + 1ull) > (SHEAF_PAGE_SIZE << c->order));
 	unsigned lg = fls_u((unsigned)SHEAF_MIN(c->slot_size, (size_t)1u << 30)) - 1;
 	c->min_partial = SHEAF_MIN(SHEAF_MAX(lg / 2, SHEAF_MIN_PARTIAL), SHEAF_MAX_PARTIAL);
@@ -452,6 +455,8 @@ static bool cache_nodes_init(struct sheaf_cache *c, uint32_t cap)
 						  sheaf_u8_any(&c->free_mark, SHEAF_MARK_IN_WORD1) ?
 					  UINT64_MAX / c->slot_size + 1 :
 					  0;
+		uint64_t e = (uint64_t)c->slot_size * n->malloc_div_c; /* mod 2^64 */
+		n->malloc_div_lim = e ? (uint64_t)c->objs_per_slab * e : n->malloc_div_c;
 		n->nid = i;
 		n->mem_nid = sheaf_g.node_mem_nid[i];
 		n->has_memory = sheaf_g.node_has_mem[i];

@@ -50,12 +50,20 @@ extern struct sheaf_line_u64 sheaf_free_key
  * offset in the slab is a multiple of the slot size exactly when the product of the two,
  * offset times ceil(2^64 / slot_size) modulo 2^64, is below that factor (Lemire, Kaser
  * and Kurz's divisibility test, exact for offsets below 2^32 and slot sizes from 2 up;
- * sheaf_cache.slot_div_c).  Three instructions with the factor in memory, where the index and its
- * product with the slot size took five (issue 17, docs/benchmarks.md ninth session). */
+ * sheaf_cache.slot_div_c).  A multiple of the slot size is not enough: when the slot size
+ * does not divide the slab (every size that is not a power of two) the slab ends in a
+ * tail of fewer than slot_size bytes whose first byte, objs_per_slab * slot_size, is a
+ * multiple and no object; the product of a multiple q * slot_size is q * e, with
+ * e = slot_size * slot_div_c mod 2^64, so the bound slot_div_lim = objs_per_slab * e
+ * accepts exactly the object starts (slot_div_c itself when the slot is a power of
+ * two: no tail).  Until 2026-11-29 the tail's first byte passed, and a free of it put
+ * the tail on the freelist, handed out later over the next slab (found by review).
+ * Three instructions with the bound in memory, where the index and its product with the
+ * slot size took five (issue 17, docs/benchmarks.md ninth session). */
 static inline bool sheaf_obj_is_start(const struct sheaf_cache *c, const void *p)
 {
 	uint64_t off = (uintptr_t)p & c->slab_mask;
-	return sheaf_u64_below(off * c->slot_div_c, &c->slot_div_c);
+	return sheaf_u64_below(off * c->slot_div_c, &c->slot_div_lim);
 }
 
 /* The mark is read and written through this type: in a cache whose slot size is not a

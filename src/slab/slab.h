@@ -47,6 +47,13 @@ struct sheaf_node {
 	 * ninth session).  Set with malloc_cache, before any key of this node is published. */
 	uintptr_t malloc_slab_mask;
 	uint64_t malloc_div_c;
+	/* The bound the product is compared with: malloc_div_c for a power-of-two slot,
+	 * else objs_per_slab * e, where e = slot_size * malloc_div_c mod 2^64 (0 < e < slot)
+	 * is what the product of the offset q * slot_size is, q * e: below it exactly for
+	 * q < objs_per_slab.  So the first byte of the slab's tail (objs_per_slab *
+	 * slot_size, a multiple of the slot but no object: the slot does not divide the
+	 * slab) fails too; before, it was taken for an object.  0 with malloc_div_c. */
+	uint64_t malloc_div_lim;
 	int nid;     /* this node */
 	int mem_nid; /* node whose memory backs this node's slabs (itself, or the
 				       nearest memory node when this one is memoryless, D3) */
@@ -134,6 +141,8 @@ struct sheaf_cache {
 	size_t slot_size;       /* stride between slots */
 	uint64_t slot_div_c;    /* ceil(2^64 / slot_size): the object-start test
 				   (slab/freecheck.h sheaf_obj_is_start) */
+	uint64_t slot_div_lim;  /* its bound: objs_per_slab * (slot_size * slot_div_c
+				   mod 2^64), or slot_div_c for a power-of-two slot */
 	uint32_t id;            /* index into per-thread tables */
 	uint32_t flags;         /* SHEAF_* cache flags */
 	uint32_t debug_flags;   /* SHEAF_DEBUG_* in effect (debug caches have no sheaves) */

@@ -696,7 +696,10 @@ static void t_start_test_every_class(void)
 		bool checked = c->free_checks && c->free_mark != SHEAF_MARK_NONE;
 		uintptr_t base = (uintptr_t)p & ~c->slab_mask;
 		for (uintptr_t off = 0; off <= c->slab_mask; off++) {
-			bool want = checked && off % c->slot_size == 0;
+			/* An object start: not the slab's tail (off / slot == objs_per_slab
+			 * when the slot does not divide the slab), which was taken for one. */
+			bool want = checked && off % c->slot_size == 0 &&
+				    off / c->slot_size < c->objs_per_slab;
 			if (sheaf_malloc_start_ok(n, (void *)(base + off)) != want && bad++ < 5)
 				fprintf(stderr, "# class %u (slot %u): offset %zu\n", i,
 					(unsigned)c->slot_size, (size_t)off);
