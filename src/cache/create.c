@@ -451,12 +451,10 @@ static bool cache_nodes_init(struct sheaf_cache *c, uint32_t cap)
 		n->malloc_cache = (c->flags & SHEAF_CACHE_MALLOC_CLASS) ? c : NULL;
 		/* malloc's test of an object start (slab.h), for its classes with the mark. */
 		n->malloc_slab_mask = c->slab_mask;
-		n->malloc_div_c = n->malloc_cache &&
-						  sheaf_u8_any(&c->free_mark, SHEAF_MARK_IN_WORD1) ?
-					  UINT64_MAX / c->slot_size + 1 :
-					  0;
-		uint64_t e = (uint64_t)c->slot_size * n->malloc_div_c; /* mod 2^64 */
-		n->malloc_div_lim = e ? (uint64_t)c->objs_per_slab * e : n->malloc_div_c;
+		bool class_mark = n->malloc_cache &&
+				  sheaf_u8_any(&c->free_mark, SHEAF_MARK_IN_WORD1);
+		n->malloc_div_c = class_mark ? c->slot_div_c : 0;
+		n->malloc_div_lim = class_mark ? c->slot_div_lim : 0;
 		n->nid = i;
 		n->mem_nid = sheaf_g.node_mem_nid[i];
 		n->has_memory = sheaf_g.node_has_mem[i];

@@ -163,13 +163,12 @@ void sheaf_free_slowpath(void *p) __attribute__((noinline));
 /* Is @p an object start of the size class whose node is @n, a class with the free
  * mark?  The same five instructions for every class, with no branch on the kind of
  * slot size (slab.h malloc_div_c: the offset in the slab times ceil(2^64 / slot) is
- * below that factor exactly for multiples of the slot, and below malloc_div_lim exactly
- * for those that start an object, not the slab's tail); false for every other node. */
+ * below malloc_div_lim exactly for the multiples of the slot that start an object, not
+ * the slab's tail; slab/freecheck.h); false for every other node. */
 sheaf_fast_inline bool sheaf_malloc_start_ok(const struct sheaf_node *n, const void *p)
 {
 	uint64_t off = (uintptr_t)p & n->malloc_slab_mask;
-	/* The compare with the factor in memory (config.h): written with `<`, GCC loads
-	 * the factor into a register for its two uses, one instruction more. */
+	/* The multiply and the compare with their operands in memory (config.h). */
 	return sheaf_u64_below(off * n->malloc_div_c, &n->malloc_div_lim);
 }
 

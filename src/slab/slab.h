@@ -34,25 +34,19 @@ struct sheaf_node {
 	 * pushes to in two loads, with no flag test (malloc/malloc.h). */
 	struct sheaf_cache *malloc_cache;
 	/* malloc's free fast path tests "a size class with the free mark, and an object
-	 * start of it" with these two, the same instructions for every class
+	 * start of it" with these three, the same instructions for every class
 	 * (malloc/malloc.h sheaf_malloc_start_ok): the offset in the slab,
-	 * `p & malloc_slab_mask`, is a multiple of the slot size exactly when its product
-	 * with malloc_div_c = ceil(2^64 / slot_size) is below malloc_div_c, modulo 2^64
-	 * (Lemire, Kaser and Kurz's divisibility test; exact for offsets below 2^32 and every
-	 * slot size from 2 to 2^32, so for every slab).  malloc_div_c is 0 for every other
-	 * cache (no class, or a class without the mark): no product is below 0, so those
-	 * take the general path.  Until 2026-11-29 the test was a mask for power-of-two
-	 * slots and a branch to a reciprocal for the others, which a program freeing sizes
-	 * of both kinds at random mispredicted on about every other free (docs/benchmarks.md,
-	 * ninth session).  Set with malloc_cache, before any key of this node is published. */
+	 * `p & malloc_slab_mask`, times malloc_div_c, modulo 2^64, is below malloc_div_lim
+	 * exactly for an object start.  They are the cache's slot_div_c and slot_div_lim
+	 * (the divisibility test of slab/freecheck.h sheaf_obj_is_start, whose bound leaves
+	 * out the slab's tail) for a size class with the mark, and 0 for every other cache
+	 * (no class, or a class without the mark): no product is below 0, so those take the
+	 * general path.  Until 2026-11-29 the test was a mask for power-of-two slots and a
+	 * branch to a reciprocal for the others, which a program freeing sizes of both kinds
+	 * at random mispredicted on about every other free (docs/benchmarks.md, ninth
+	 * session).  Set with malloc_cache, before any key of this node is published. */
 	uintptr_t malloc_slab_mask;
 	uint64_t malloc_div_c;
-	/* The bound the product is compared with: malloc_div_c for a power-of-two slot,
-	 * else objs_per_slab * e, where e = slot_size * malloc_div_c mod 2^64 (0 < e < slot)
-	 * is what the product of the offset q * slot_size is, q * e: below it exactly for
-	 * q < objs_per_slab.  So the first byte of the slab's tail (objs_per_slab *
-	 * slot_size, a multiple of the slot but no object: the slot does not divide the
-	 * slab) fails too; before, it was taken for an object.  0 with malloc_div_c. */
 	uint64_t malloc_div_lim;
 	int nid;     /* this node */
 	int mem_nid; /* node whose memory backs this node's slabs (itself, or the
