@@ -388,6 +388,10 @@ static inline void dirty_sub_locked(size_t bytes)
 	h->dirty_bytes = h->dirty_bytes > bytes ? h->dirty_bytes - bytes : 0;
 	if (h->dirty_bytes < h->dirty_low)
 		h->dirty_low = h->dirty_bytes;
+	/* What is left of unreachable dirt stays unreachable: only a free (a merge) can
+	 * make a run large enough, and a free raises dirty_bytes above this. */
+	if (h->dirty_stuck > h->dirty_bytes)
+		h->dirty_stuck = h->dirty_bytes;
 }
 
 /* Purge the free run headed by @d (order @o, some pages dirty): one madvise over the
@@ -441,6 +445,13 @@ static void purge_locked(size_t keep)
 	}
 	if (keep == 0)
 		h->dirty_low = 0;
+	/* Not down to @keep after every list: the rest lies in runs below purge_order (or
+	 * blocks there was no room to release), which no purge reaches until a free merges
+	 * them.  Since the exact dirty count (2026-11-29) that rest no longer reads as 0,
+	 * and with SHEAF_PURGE_MS=0 every page allocation walked the lists again for it. */
+	h->purge_walks++;
+	if (h->dirty_bytes > keep)
+		h->dirty_stuck = h->dirty_bytes;
 }
 
 /* The decay and the bound (see the header comment).  Locked. */
@@ -449,14 +460,17 @@ static void maybe_purge_locked(void)
 	struct sheaf_heap *h = &sheaf_heap;
 	if (!h->dirty_bytes)
 		return; /* nothing to purge, no clock to read; dirty_low is 0 */
+	bool reachable = h->dirty_bytes > h->dirty_stuck; /* else no purge can give any */
 	size_t bound = SHEAF_MAX(PAGE_DIRTY_MIN, h->mapped_bytes);
-	if (h->purge_ns == 0 || h->dirty_bytes > bound)
+	if (reachable && (h->purge_ns == 0 || h->dirty_bytes > bound))
 		purge_locked(h->purge_ns ? bound / 2 : 0);
+	if (h->purge_ns == 0)
+		return; /* everything reachable is purged at once: no decay epochs */
 	uint64_t now = sheaf_os_now_ns();
 	if (now - h->decay_epoch_ns < h->purge_ns / 2)
 		return;
 	/* dirty_low bytes were free through the whole epoch: give that much back. */
-	if (h->dirty_low)
+	if (h->dirty_low && h->dirty_bytes > h->dirty_stuck)
 		purge_locked(h->dirty_bytes - SHEAF_MIN(h->dirty_low, h->dirty_bytes));
 	h->decay_epoch_ns = now;
 	h->dirty_low = h->dirty_bytes;

@@ -77,6 +77,10 @@ struct sheaf_heap {
 	size_t nr_free_blocks, cap_free_blocks;
 	struct sheaf_list dirty_blocks[SHEAF_MAX_NODES]; /* free whole blocks not yet purged */
 	size_t dirty_bytes;                              /* free pages with pg_dirty, in bytes */
+	size_t dirty_stuck;      /* dirty bytes the last purge could not reach (runs below
+				   purge_order): while dirty_bytes stays at or below it no purge
+				   walks the lists (page.c maybe_purge_locked) */
+	size_t purge_walks;      /* purges that walked the free lists (tests) */
 	size_t dirty_low;        /* the least dirty_bytes since decay_epoch_ns: what stayed
 				       unused through the whole epoch (page.c, decay) */
 	uint64_t decay_epoch_ns; /* start of the current decay epoch */

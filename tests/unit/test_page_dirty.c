@@ -145,10 +145,51 @@ static void test_global_stat(void)
 	sheaf_cache_destroy(c);
 }
 
+/* With SHEAF_PURGE_MS=0 (purge at once), dirt that no purge can reach (a run below
+ * SHEAF_PURGE_ORDER) must not make every later page operation walk the free lists: only
+ * a free, which may merge it into a run a purge reaches, does.  The page heap's walk
+ * counter says so; before 2026-11-29 (evening) each allocation walked again. */
+static void test_stuck_dirt_no_walks(void)
+{
+	REQUIRE(sheaf_ensure_init() == 0);
+	struct sheaf_heap *h = &sheaf_heap;
+	sheaf_mutex_lock(&h->lock, SHEAF_LOCK_HEAP);
+	uint64_t saved_ns = h->purge_ns;
+	unsigned saved_order = h->purge_order;
+	h->purge_ns = 0;
+	h->purge_order = 4;
+	sheaf_mutex_unlock(&h->lock, SHEAF_LOCK_HEAP);
+	sheaf_page_purge_all();
+	char *r = sheaf_page_alloc(1, 0); /* two pages: free one, its buddy stays taken */
+	REQUIRE(r);
+	r[SHEAF_PAGE_SIZE] = 1;
+	sheaf_page_free(r + SHEAF_PAGE_SIZE, 0, 0); /* a dirty order-0 run: out of reach */
+	CHECK(h->dirty_bytes >= SHEAF_PAGE_SIZE);
+	size_t walks = h->purge_walks;
+	char *big[4];
+	for (int i = 0; i < 4; i++) {
+		big[i] = sheaf_page_alloc(3, 0);
+		REQUIRE(big[i]);
+	}
+	CHECK(h->purge_walks == walks); /* allocations: no walk for unreachable dirt */
+	for (int i = 0; i < 4; i++)
+		sheaf_page_free(big[i], 3, 0);
+	CHECK(h->purge_walks > walks); /* frees may merge: they walk, and purge */
+	CHECK(check_dirty_invariant() >= SHEAF_PAGE_SIZE);
+	sheaf_page_free(r, 0, 0);
+	sheaf_page_purge_all();
+	CHECK(check_dirty_invariant() == 0);
+	sheaf_mutex_lock(&h->lock, SHEAF_LOCK_HEAP);
+	h->purge_ns = saved_ns;
+	h->purge_order = saved_order;
+	sheaf_mutex_unlock(&h->lock, SHEAF_LOCK_HEAP);
+}
+
 int main(void)
 {
 	RUN(test_merge_counts_once);
 	RUN(test_random_invariant);
 	RUN(test_global_stat);
+	RUN(test_stuck_dirt_no_walks);
 	return th_done();
 }
