@@ -289,19 +289,18 @@ static void dirty_clear_locked(size_t pg, unsigned order)
 }
 
 /* Give a whole free block back to the OS: unmap it (its address space too), purge its
- * page-map and descriptor slices, and remember it for reuse.  False when there is no
- * room to remember it: the caller keeps it resident instead (nothing is lost).
- * Locked. */
-static bool block_release_locked(size_t blk)
+ * page-map and descriptor slices, and remember it for reuse; @bytes of it were dirty.
+ * False when there is no room to remember it: the caller keeps it resident instead
+ * (nothing is lost).  Locked. */
+static bool block_release_locked(size_t blk, size_t bytes)
 {
 	struct sheaf_heap *h = &sheaf_heap;
 	size_t pg = blk << SHEAF_BLOCK_ORDER;
 	if (!free_blocks_reserve_locked())
 		return false;
 	uint32_t entry = (uint32_t)blk;
-	/* Its dirty pages are what it gives back; the flags go with the descriptors
-	 * (a block is reused with none set: sheaf_page_alloc). */
-	size_t bytes = (size_t)h->desc[pg].pg_ndirty << SHEAF_PAGE_SHIFT;
+	/* Its dirty pages (@bytes, the caller's count) are what it gives back; the flags
+	 * go with the descriptors (a block is reused with none set: sheaf_page_alloc). */
 	dirty_clear_locked(pg, SHEAF_BLOCK_ORDER);
 	if (sheaf_sys_munmap(page_addr(pg), SHEAF_BLOCK_SIZE) == 0) {
 		sheaf_wr(h->blocks_mapped, h->blocks_mapped - 1);
@@ -421,7 +420,7 @@ static void purge_locked(size_t keep)
 			sheaf_list_del(&d->sl_list);
 			sheaf_wr(d->pg_kind, SHEAF_PG_UNUSED);
 			size_t bytes = (size_t)d->pg_ndirty << SHEAF_PAGE_SHIFT;
-			if (!block_release_locked(pg >> SHEAF_BLOCK_ORDER)) {
+			if (!block_release_locked(pg >> SHEAF_BLOCK_ORDER, bytes)) {
 				/* No room to remember it: it stays a resident free block. */
 				sheaf_wr(d->pg_kind, SHEAF_PG_FREE);
 				sheaf_list_add_tail(&d->sl_list, &h->dirty_blocks[n]);
