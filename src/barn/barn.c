@@ -276,7 +276,7 @@ bool sheaf_sheaf_is_valid(const struct sheaf_cache *c, const struct sheaf_sheaf 
 		return false;
 	for (uint32_t i = 0; i < s->size; i++) {
 		uintptr_t k = sheaf_page_key(s->objects[i]);
-		if (!k || ((struct sheaf_node *)k)->cache != c)
+		if (!k || sheaf_key_owner(k)->cache != c)
 			return false;
 	}
 	return true;

@@ -677,5 +677,5 @@ SHEAF_API struct sheaf_cache *sheaf_cache_of(const void *obj)
 	if (atomic_load_explicit(&sheaf_g.init_state, memory_order_acquire) != 2)
 		return NULL;
 	uintptr_t k = sheaf_page_key(obj);
-	return k ? ((struct sheaf_node *)k)->cache : NULL;
+	return k ? sheaf_key_owner(k)->cache : NULL;
 }

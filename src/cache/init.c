@@ -36,14 +36,13 @@ bool sheaf_init_running_here(void)
 static void fork_register_cache_ranks(void);
 
 /* Step 2 of sheaf_init, after the fork handlers: the hooks through which lower layers
- * call up, before any layer runs; options, the free key, the bulk limit, the registry
+ * call up, before any layer runs; options, the bulk limit, the registry
  * lists and the topology. */
 static int init_lower_layers(void)
 {
 	sheaf_meta_register();
 	sheaf_rcu_init();
 	sheaf_options_init();
-	sheaf_free_key_init();
 	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
 	if (pages > 0 && psize > 0)
 		sheaf_bulk_limit = (size_t)pages / 2 * (size_t)psize;

@@ -426,8 +426,7 @@ void sheaf_free_slowpath(void *p)
 	if (sheaf_unlikely(p == NULL))
 		return;
 	/* The fast path's test (node->malloc_cache), with the owner kept for errors. */
-	uintptr_t k = sheaf_page_key(p);
-	struct sheaf_node *n = (struct sheaf_node *)k;
+	struct sheaf_node *n = sheaf_key_owner(sheaf_page_key(p));
 	struct sheaf_cache *fc = n != NULL ? n->malloc_cache : NULL;
 	/* The per-thread push was tried inline (malloc.h); in ASan and Valgrind builds
 	 * sheaf_cache_free below makes it, tracking the object. */
@@ -476,7 +475,7 @@ static bool class_ptr_ok(struct sheaf_cache *c, const void *p, const char *fn)
 			      c->name, (size_t)-1);
 		return false;
 	}
-	if (c->free_mark && unlikely(*sheaf_mark_word(c, p) == sheaf_free_key.v)) {
+	if (c->free_mark && unlikely(*sheaf_mark_word(c, p) == sheaf_mark_value(p))) {
 		CTR_INC(errors);
 		/* Only a free, or a realloc (which frees), of a free block is a double
 		 * free; malloc_usable_size of one is a use after free. */

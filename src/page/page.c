@@ -80,11 +80,11 @@ void sheaf_os_inject_heap_failure(long n)
 
 #define HEAP_MAP_FLAGS (MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)
 
-/* Map @len bytes read-write at exactly @addr: 0, -EEXIST when something else is there
+/* Map @len bytes with @prot at exactly @addr: 0, -EEXIST when something else is there
  * (the kernel put the mapping elsewhere; it is unmapped again), -ENOMEM. */
-static int map_exact(void *addr, size_t len)
+static int map_exact_prot(void *addr, size_t len, int prot)
 {
-	void *p = sheaf_sys_mmap(addr, len, PROT_READ | PROT_WRITE, HEAP_MAP_FLAGS);
+	void *p = sheaf_sys_mmap(addr, len, prot, HEAP_MAP_FLAGS);
 	if (p == MAP_FAILED)
 		return -ENOMEM;
 	if (p != addr) {
@@ -92,6 +92,10 @@ static int map_exact(void *addr, size_t len)
 		return -EEXIST;
 	}
 	return 0;
+}
+static int map_exact(void *addr, size_t len)
+{
+	return map_exact_prot(addr, len, PROT_READ | PROT_WRITE);
 }
 
 static inline size_t pm_bytes(size_t heap_bytes)
@@ -158,6 +162,10 @@ static int cover_grow_locked(void)
 static int window_try(char *w, size_t cap)
 {
 	struct sheaf_heap *h = &sheaf_heap;
+	/* The key origin (page.h): a zero page just below the page map, read-only, never
+	 * purged (nothing writes it), so key 0 always names readable zeroes. */
+	if (map_exact_prot(w - SHEAF_KEY_PAD, SHEAF_KEY_PAD, PROT_READ) != 0)
+		return -ENOMEM;
 	h->pagemap = (uintptr_t *)w;
 	h->desc = (struct sheaf_slab *)(w + pm_bytes(cap));
 	h->base = w + pm_bytes(cap) + desc_bytes(cap);
@@ -169,6 +177,7 @@ static int window_try(char *w, size_t cap)
 	h->desc = NULL;
 	h->base = NULL;
 	h->cap = 0;
+	(void)sheaf_sys_munmap(w - SHEAF_KEY_PAD, SHEAF_KEY_PAD);
 	return -ENOMEM;
 }
 
@@ -182,7 +191,8 @@ static int window_place_locked(size_t cap)
 		size_t probe_len = 2 * total + SHEAF_BLOCK_SIZE;
 		char *probe = sheaf_sys_mmap(NULL, probe_len, PROT_NONE, HEAP_MAP_FLAGS);
 		if (probe != MAP_FAILED) {
-			char *w = (char *)SHEAF_ALIGN_UP((uintptr_t)probe, SHEAF_BLOCK_SIZE);
+			char *w = (char *)SHEAF_ALIGN_UP((uintptr_t)probe + SHEAF_KEY_PAD,
+							 SHEAF_BLOCK_SIZE);
 			int un = sheaf_sys_munmap(probe, probe_len);
 			if (un == 0 && window_try(w, cap) == 0)
 				return 0;

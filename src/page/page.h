@@ -60,7 +60,8 @@ struct sheaf_heap {
 	size_t size;             /* bytes of the window covered by pagemap and desc; grows
 				       under lock, read racily (sheaf_rd) by the lookups */
 	size_t cap;              /* window bytes (SHEAF_HEAP_GB): size never passes it */
-	uintptr_t *pagemap;      /* key per page: owning sheaf_node, 0 if not a slab page */
+	uintptr_t *pagemap;      /* key per page (below): owning sheaf_node, 0 if not a slab
+				    page; fixed after init, SHEAF_KEY_PAD below it a zero page */
 	struct sheaf_slab *desc; /* descriptor per page */
 	/* The free fast paths (percpu/rseq.h, malloc/malloc.h) accept a pointer p with
 	 * p - base below this: the covered size, or 0 while the gate is closed.  With
@@ -106,6 +107,33 @@ void sheaf_page_fork_register(void); /* rank HEAP of the fork walk (base/lock.h)
 /* Fault injection for tests: the next @n page allocations succeed, then every one
  * fails (as if the heap were full) until reset with -1. */
 void sheaf_os_inject_heap_failure(long n);
+
+/* ---- Keys: what the page map holds ------------------------------------------------------
+ * A slab page's entry is the key of its owning cache node, and every sheaf carries the
+ * key of the node it takes objects of (percpu.h), so "this object may go onto this
+ * sheaf" is one compare.  A key is not the node's address but its distance from the
+ * key origin, the page just below the page map (SHEAF_KEY_PAD bytes, mapped read-only
+ * and zero when the window is chosen, page.c window_try): key 0, the entry of every
+ * page that is not a slab's, then names the origin, whose zero bytes read as a node
+ * with no cache and no objects.  The malloc free fast path reads the node's fields at
+ * origin + key, an address mode of the page map's base, which it holds already, and the
+ * key: with no test for 0 first, two instructions fewer (malloc.h sheaf_free_inline,
+ * tools/fastpath-golden.sh).  The same key is the free mark (slab/freecheck.h).  The
+ * page map never moves after init, so keys are fixed for the life of the process. */
+#define SHEAF_KEY_PAD 4096u
+
+/* The key of @owner (a cache node), never 0. */
+static inline uintptr_t sheaf_key_encode(const void *owner)
+{
+	return (uintptr_t)owner - ((uintptr_t)sheaf_heap.pagemap - SHEAF_KEY_PAD);
+}
+/* The cache node whose key is @k, NULL for 0. */
+static inline struct sheaf_node *sheaf_key_owner(uintptr_t k)
+{
+	if (!k)
+		return NULL;
+	return (struct sheaf_node *)((uintptr_t)sheaf_heap.pagemap - SHEAF_KEY_PAD + k);
+}
 
 /* O(1) pointer -> key, for any pointer (foreign ones give 0). */
 static inline uintptr_t sheaf_page_key(const void *p)

@@ -133,7 +133,7 @@ sheaf_fast_inline uintptr_t sheaf_cpu_key_of(struct sheaf_cache *c, const void *
 		return 0;
 	uintptr_t key =
 		__atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED);
-	if (sheaf_unlikely(!key || ((struct sheaf_node *)key)->cache != c))
+	if (sheaf_unlikely(!key || sheaf_key_owner(key)->cache != c))
 		return 0;
 	return key;
 }
@@ -168,9 +168,9 @@ sheaf_fast_inline bool sheaf_cpu_free_mark_at(struct sheaf_cache *c, void *obj, 
 		return false;
 	uint64_t *mk = sheaf_mark_word(c, obj);
 	uint64_t old = *mk;
-	if (sheaf_unlikely(old == sheaf_free_key.v))
+	if (sheaf_unlikely(old == key))
 		return false;
-	*mk = sheaf_free_key.v;
+	*mk = key;
 	if (sheaf_likely(sheaf_cpu_push_key(c, obj, key, false)))
 		return true;
 	*mk = old;
@@ -257,7 +257,7 @@ sheaf_fast_inline bool sheaf_thread_push_gated(struct sheaf_cache *c, void *obj,
 			   (!start_known && c->free_checks && !sheaf_obj_is_start(c, obj))))
 		return false;
 	if (c->free_mark) {
-		if (sheaf_unlikely(*sheaf_mark_word(c, obj) == sheaf_free_key.v))
+		if (sheaf_unlikely(*sheaf_mark_word(c, obj) == key))
 			return false;
 	} else if (sheaf_unlikely(sheaf_sheaf_top_is(m, obj))) {
 		return false;
@@ -267,7 +267,7 @@ sheaf_fast_inline bool sheaf_thread_push_gated(struct sheaf_cache *c, void *obj,
 		return true;
 	}
 	if (c->free_mark)
-		*sheaf_mark_word(c, obj) = sheaf_free_key.v;
+		*sheaf_mark_word(c, obj) = key;
 	sheaf_sheaf_push(m, obj);
 	return true;
 }
@@ -423,7 +423,7 @@ sheaf_fast_inline size_t sheaf_batch_check_loop(const struct sheaf_cache *c, voi
 	 * allocated before it began. */
 	const uintptr_t base = (uintptr_t)sheaf_heap.base, limit = sheaf_rd(sheaf_heap.size);
 	const uintptr_t *pagemap = sheaf_heap.pagemap;
-	const uintptr_t hi = ~c->slab_mask, test = hi | p2, fkey = sheaf_free_key.v;
+	const uintptr_t hi = ~c->slab_mask, test = hi | p2, fkey = run; /* the mark: the key */
 	const uintptr_t mark_off = mark_word1 ? 8 : (c->free_mark ? c->mark_offset : 0);
 	/* objs[0]'s slab, never objs[i]'s: objs[i] may be what stopped the rounds. */
 	uintptr_t slab = (uintptr_t)objs[0] & hi;
@@ -478,7 +478,7 @@ sheaf_fast_inline size_t sheaf_batch_check_p2(const struct sheaf_cache *c, void 
 {
 	const uintptr_t hi = ~c->slab_mask;
 	size_t i = sheaf_batch_check_rounds(objs, n, 0, (uintptr_t)objs[0] & hi, hi | c->start_mask,
-					    sheaf_free_key.v);
+					    run);
 	if (sheaf_likely(i == n)) {
 		*stop = SHEAF_BATCH_END;
 		return n;
@@ -500,7 +500,7 @@ sheaf_fast_inline size_t sheaf_free_batch_check(struct sheaf_cache *c, void *con
 {
 	uintptr_t run = sheaf_page_key(objs[0]); /* NULL: 0 */
 	*key = run;
-	if (sheaf_unlikely(!run || ((struct sheaf_node *)run)->cache != c)) {
+	if (sheaf_unlikely(!run || sheaf_key_owner(run)->cache != c)) {
 		*stop = SHEAF_BATCH_OTHER;
 		return 0;
 	}

@@ -74,7 +74,7 @@ static sheaf_noinline bool sheaf_free_confirm(struct sheaf_cache *c, const void 
 
 bool sheaf_free_mark_check(struct sheaf_cache *c, const void *obj)
 {
-	if (sheaf_unlikely(*sheaf_mark_word(c, obj) == sheaf_free_key.v) &&
+	if (sheaf_unlikely(*sheaf_mark_word(c, obj) == sheaf_mark_value(obj)) &&
 	    sheaf_free_confirm(c, obj)) {
 		sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, obj, "the object is already free");
 		return false;
@@ -84,14 +84,14 @@ bool sheaf_free_mark_check(struct sheaf_cache *c, const void *obj)
 
 bool sheaf_free_mark_confirmed(struct sheaf_cache *c, const void *obj)
 {
-	return *sheaf_mark_word(c, obj) == sheaf_free_key.v && sheaf_free_confirm(c, obj);
+	return *sheaf_mark_word(c, obj) == sheaf_mark_value(obj) && sheaf_free_confirm(c, obj);
 }
 
 bool sheaf_free_mark_take(struct sheaf_cache *c, void *obj)
 {
 	if (!sheaf_free_mark_check(c, obj))
 		return false;
-	*sheaf_mark_word(c, obj) = sheaf_free_key.v;
+	*sheaf_mark_word(c, obj) = sheaf_mark_value(obj);
 	return true;
 }
 
@@ -108,7 +108,7 @@ size_t sheaf_batch_check_rest_p2(const struct sheaf_cache *c, void *const *objs,
 				 uintptr_t run, enum sheaf_batch_stop *stop)
 {
 	const uintptr_t hi = ~c->slab_mask, test = hi | c->start_mask;
-	const uintptr_t fkey = sheaf_free_key.v;
+	const uintptr_t fkey = run; /* the free mark of the run's objects: their key */
 	size_t stretch = 4;
 	for (;;) {
 		/* The loop takes its slab from its objs[0]: one that passed (or objs[0]

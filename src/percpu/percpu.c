@@ -208,7 +208,7 @@ static struct sheaf_pcs *pcs_create(struct sheaf_cache *c, struct sheaf_tcache *
 	pcs->cache = c;
 	pthread_mutex_init(&pcs->rcu_lock, NULL);
 	struct sheaf_node *kn = c->node[sheaf_g.node_mem_nid[pcs->node]];
-	pcs->key = (uintptr_t)kn;
+	pcs->key = sheaf_key_encode(kn);
 	sheaf_list_init(&pcs->link);
 	sheaf_mutex_lock(&c->pcs_lock, SHEAF_LOCK_PCS_LIST);
 	sheaf_list_add(&pcs->link, &c->pcs_list);
@@ -269,7 +269,7 @@ static struct sheaf_pcs *cpu_pcs_create(struct sheaf_cache *c, int k)
 	pcs->slot = k;
 	pcs->node = sheaf_cpu_to_node(k);
 	pcs->cache = c;
-	pcs->key = (uintptr_t)c->node[sheaf_g.node_mem_nid[pcs->node]];
+	pcs->key = sheaf_key_encode(c->node[sheaf_g.node_mem_nid[pcs->node]]);
 	pthread_mutex_init(&pcs->rcu_lock, NULL);
 	sheaf_list_init(&pcs->link);
 	__atomic_store_n(&c->cpu_pcs[k], pcs, __ATOMIC_RELEASE);
@@ -410,7 +410,7 @@ struct sheaf_pcs *sheaf_pcs_lock(struct sheaf_cache *c)
 		int nid = sheaf_node_current();
 		if (nid != pcs->node) {
 			pcs->node = nid;
-			pcs->key = (uintptr_t)c->node[sheaf_g.node_mem_nid[nid]];
+			pcs->key = sheaf_key_encode(c->node[sheaf_g.node_mem_nid[nid]]);
 		}
 	}
 	return pcs;

@@ -289,7 +289,8 @@ static bool mark_in_object(const struct sheaf_cache *c)
  * @kept: the objects of this unit already accepted.  False: a double free, reported. */
 static bool mark_after_gp(struct sheaf_cache *c, void *o, void *const *kept, uint32_t nkept)
 {
-	if (sheaf_unlikely(*sheaf_mark_word(c, o) == sheaf_free_key.v)) {
+	const uintptr_t mark = sheaf_mark_value(o);
+	if (sheaf_unlikely(*sheaf_mark_word(c, o) == mark)) {
 		for (uint32_t j = 0; j < nkept; j++) {
 			if (kept[j] == o) {
 				sheaf_error(SHEAF_ERR_DOUBLE_FREE, c->name, o,
@@ -300,7 +301,7 @@ static bool mark_after_gp(struct sheaf_cache *c, void *o, void *const *kept, uin
 		if (!sheaf_free_mark_check(c, o))
 			return false;
 	}
-	*sheaf_mark_word(c, o) = sheaf_free_key.v;
+	*sheaf_mark_word(c, o) = mark;
 	return true;
 }
 
@@ -579,7 +580,7 @@ static bool free_rcu_checks(struct sheaf_cache *c, void *obj)
 		if (!sheaf_free_mark_check(c, obj))
 			return false;
 		if (!mark_in_object(c))
-			*sheaf_mark_word(c, obj) = sheaf_free_key.v;
+			*sheaf_mark_word(c, obj) = sheaf_mark_value(obj);
 	}
 	return true;
 }

@@ -16,12 +16,17 @@
  * instead: the same answer, since the slab's size is a multiple of the slot's.
  * Debug caches (obj_offset != 0) never take these paths: they check on their slab path.
  *
- * Free mark (glibc's tcache key): a free writes one per-process random word,
- * sheaf_free_key (getrandom at start-up), into the freed object at mark_offset, and
- * an allocation clears it.  A free that finds the key there may be a double free; it
- * is confirmed by a search of everywhere a free object can be (sheaf_free_confirm)
- * before anything is reported, so a live object that happens to hold the key is
- * never reported.  Plain caches keep the mark in the object's second word (every
+ * Free mark (glibc's tcache key): a free writes the key of the object's cache node
+ * (the word the page map holds for its slab, page/page.h "Keys") into the freed object
+ * at mark_offset, and an allocation clears it.  A free that finds its key there may be
+ * a double free; it is confirmed by a search of everywhere a free object can be
+ * (sheaf_free_confirm) before anything is reported, so a live object that happens to
+ * hold the key is never reported, only searched for.  The key rather than one random
+ * word per process (until 2026-11-29): the fast paths hold it in a register already,
+ * one load fewer per free (tools/fastpath-golden.sh).  A key is the distance of an
+ * internal structure from the page map, a value a program has no reason to store in an
+ * object's second word (it never sees it); the mark is not a secret and guards against
+ * mistakes, not an adversary (docs/debugging.md).  Plain caches keep the mark in the object's second word (every
  * slot is at least 16 bytes); caches whose free objects must keep their bytes (a
  * constructor, SHEAF_TYPESAFE_BY_RCU) keep it in a word past the object.
  */
@@ -42,9 +47,11 @@
 	3 /* the same, and the slot size is a power of two: an object
 				 start is any multiple of it (sheaf_cache.start_mask) */
 
-/* The per-process key (never 0); set once at initialisation. */
-extern struct sheaf_line_u64 sheaf_free_key
-	sheaf_hidden; /* hidden: one RIP-relative load on the fast paths */
+/* The free mark of @obj, an object inside a slab: its page-map key (never 0). */
+static inline uintptr_t sheaf_mark_value(const void *obj)
+{
+	return sheaf_page_key(obj);
+}
 
 /* @p (known to lie in a slab of @c) is exactly the start of one of its objects: its
  * offset in the slab is a multiple of the slot size exactly when the product of the two,

@@ -19,7 +19,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "slab/slab.h"
 
@@ -90,13 +89,14 @@ static struct sheaf_slab *slab_new(struct sheaf_cache *c, struct sheaf_node *n, 
 	if (c->debug_flags)
 		sheaf_debug_slab_init(c, mem, nobj);
 	sheaf_assert_internal(((uintptr_t)mem & c->slab_mask) == 0); /* freecheck.h relies on it */
+	const uintptr_t key = sheaf_key_encode(n); /* the page map's entry, and the free mark */
 	for (uint32_t i = 0; i < nobj; i++) {
 		if (c->ctor)
 			c->ctor(obj_at(c, s, i));
 		fp_set(c, slot_at(c, s, i), i + 1 < nobj ? i + 1 : SHEAF_FL_END);
 		/* Free from the start: a free of a slot never handed out is a double free. */
 		if (c->free_mark)
-			*sheaf_mark_word(c, obj_at(c, s, i)) = sheaf_free_key.v;
+			*sheaf_mark_word(c, obj_at(c, s, i)) = key;
 	}
 	for (uint32_t i = 0; i < take; i++)
 		objs[i] = obj_at(c, s, i);
@@ -107,7 +107,7 @@ static struct sheaf_slab *slab_new(struct sheaf_cache *c, struct sheaf_node *n, 
 	sheaf_track_slab_close(c, mem, SHEAF_PAGE_SIZE << c->order);
 	/* Publish: the descriptor is complete before any pointer into the slab resolves. */
 	for (uint32_t i = 0; i < npages; i++)
-		__atomic_store_n(&sheaf_heap.pagemap[pg + i], (uintptr_t)n, __ATOMIC_RELEASE);
+		__atomic_store_n(&sheaf_heap.pagemap[pg + i], key, __ATOMIC_RELEASE);
 	atomic_fetch_add_explicit(&n->nr_slabs, 1, memory_order_relaxed);
 	sheaf_stat_atomic(c, SHEAF_STAT_ALLOC_SLAB, 1);
 	return s;
@@ -619,7 +619,7 @@ bool sheaf_slab_is_valid(struct sheaf_cache *c, struct sheaf_slab *s)
 		return false;
 	size_t pg = desc_index(s);
 	for (uint32_t i = 0; i < (1u << s->pg_order); i++)
-		if (sheaf_heap.pagemap[pg + i] != (uintptr_t)s->sl_node)
+		if (sheaf_heap.pagemap[pg + i] != sheaf_key_encode(s->sl_node))
 			return false;
 	return true;
 }
@@ -644,18 +644,6 @@ bool sheaf_slab_node_is_valid(struct sheaf_node *n)
 }
 
 /* ---- Free checks and handles (freecheck.h) -------------------------------------- */
-
-/* slab/freecheck.h: the free mark, one random word per process. */
-struct sheaf_line_u64 sheaf_free_key; /* config.h: a line of its own */
-
-void sheaf_free_key_init(void)
-{
-	uint64_t k = 0;
-	if (getrandom(&k, sizeof(k), GRND_NONBLOCK) != (ssize_t)sizeof(k))
-		k = sheaf_os_now_ns() * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)&k;
-	/* Never 0 (what an allocation writes), never a small or pointer-like value. */
-	sheaf_free_key.v = k | 0x8000000000000001ull;
-}
 
 /* Is @c a live cache?  Reports a NULL, destroyed or foreign handle (README "Errors"):
  * the caller then does nothing. */

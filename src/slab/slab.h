@@ -25,7 +25,7 @@ struct sheaf_pcs;   /* percpu/percpu.h */
  * end, so that free() recognises one with a single test. */
 #define SHEAF_CACHE_MALLOC_CLASS 0x80000000u
 
-/* ---- Cache node: per node per cache (K§1.2); its address is the pagemap key --------- */
+/* ---- Cache node: per node per cache (K§1.2); its key (page.h) is in the page map --- */
 
 struct sheaf_node {
 	struct sheaf_cache *cache;
@@ -44,7 +44,9 @@ struct sheaf_node {
 	 * general path.  Until 2026-11-29 the test was a mask for power-of-two slots and a
 	 * branch to a reciprocal for the others, which a program freeing sizes of both kinds
 	 * at random mispredicted on about every other free (docs/benchmarks.md, ninth
-	 * session).  Set with malloc_cache, before any key of this node is published. */
+	 * session).  Set with malloc_cache, before any key of this node is published.
+	 * Key 0 names the zero page below the page map (page.h "Keys"), which reads as a
+	 * node with all four 0: the test fails there too, with no test of the key first. */
 	uintptr_t malloc_slab_mask;
 	uint64_t malloc_div_c;
 	uint64_t malloc_div_lim;
@@ -238,8 +240,6 @@ uint64_t sheaf_slab_node_release(struct sheaf_node *n);
 
 /* A live cache handle?  NULL, destroyed and foreign handles are reported (false). */
 bool sheaf_cache_check(const struct sheaf_cache *c);
-/* Choose the free mark's key (sheaf_free_key, freecheck.h); once, at init. */
-void sheaf_free_key_init(void);
 
 /* Calls up, registered by the layers above at init. */
 struct sheaf_slab_hooks {

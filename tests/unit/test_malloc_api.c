@@ -690,7 +690,8 @@ static void t_start_test_every_class(void)
 	for (unsigned i = 0; i < SHEAF_SC_COUNT; i++) {
 		void *p = sheaf_malloc(sheaf_sc_size[i]);
 		REQUIRE(p);
-		struct sheaf_node *n = (struct sheaf_node *)sheaf_page_key(p);
+		uintptr_t k = sheaf_page_key(p);
+		struct sheaf_node *n = sheaf_key_owner(k);
 		REQUIRE(n && n->malloc_cache == n->cache);
 		const struct sheaf_cache *c = n->cache;
 		bool checked = c->free_checks && c->free_mark != SHEAF_MARK_NONE;
@@ -700,7 +701,10 @@ static void t_start_test_every_class(void)
 			 * when the slot does not divide the slab), which was taken for one. */
 			bool want = checked && off % c->slot_size == 0 &&
 				    off / c->slot_size < c->objs_per_slab;
-			if (sheaf_malloc_start_ok(n, (void *)(base + off)) != want && bad++ < 5)
+			struct sheaf_cache *fc = NULL;
+			bool got = sheaf_malloc_start_ok(sheaf_heap.pagemap, k,
+							 (void *)(base + off), &fc);
+			if ((got != want || (got && fc != c)) && bad++ < 5)
 				fprintf(stderr, "# class %u (slot %u): offset %zu\n", i,
 					(unsigned)c->slot_size, (size_t)off);
 		}
@@ -715,8 +719,18 @@ static void t_start_test_every_class(void)
 	REQUIRE(other);
 	void *o = sheaf_cache_alloc(other);
 	REQUIRE(o);
-	struct sheaf_node *on = (struct sheaf_node *)sheaf_page_key(o);
-	CHECK(on && on->malloc_div_c == 0 && !sheaf_malloc_start_ok(on, o));
+	uintptr_t ok = sheaf_page_key(o);
+	struct sheaf_node *on = sheaf_key_owner(ok);
+	struct sheaf_cache *ofc = NULL;
+	CHECK(on && on->malloc_div_c == 0 &&
+	      !sheaf_malloc_start_ok(sheaf_heap.pagemap, ok, o, &ofc));
+	/* Key 0 (no slab there: page/page.h "Keys") reads the zero page below the page map
+	 * as a node with no cache, whatever the pointer: never the fast path's start, and
+	 * no fault although no node lies there. */
+	void *ps[3] = { o, (char *)o + 16, sheaf_heap.base };
+	for (int j = 0; j < 3; j++)
+		CHECK(!sheaf_malloc_start_ok(sheaf_heap.pagemap, 0, ps[j], &ofc));
+	CHECK(sheaf_key_owner(0) == NULL && sheaf_key_encode(on) == ok);
 	sheaf_cache_free(other, o);
 	sheaf_cache_destroy(other);
 }
