@@ -74,14 +74,15 @@
 # ninth session).  A class whose slot is not a power of two now takes this path too (it
 # took about 45).
 #
-# Since 2026-11-29 (tenth session): 18 / 28 / 20 / 30.  The page map holds keys, each
-# node's distance from a zero page just below the page map (src/page/page.h "Keys"), not
-# node addresses: sheaf_free reads the node's fields at page map + key, an address mode of
-# two registers it holds already, and key 0 reads the zero page, whose bound of 0 fails
-# the start test, so the test of the key for 0 and its branch go (-2; the start test is
-# asm in malloc.h, since GCC computed the node's address with a lea first).  The free mark
-# is the key, in %rdx for the compare with the main's, instead of a load of a random word
-# (-1 on both frees; slab/freecheck.h).
+# Since 2026-11-29 (tenth session): 18 / 28 / 20 / 30.  Every page-map entry below the
+# fast paths' bound is a node's address or SHEAF_KEY_NONE, the address of read-only
+# zeroes (src/page/page.h "Keys"), never 0, so sheaf_free reads the node's fields with no
+# test of the key for 0 and its branch (-2).  The free mark is the key, in %rdx for the
+# compare with the main's, instead of a load of a random word (-1 on both frees;
+# slab/freecheck.h).  A first version kept 0 for "no slab" and read the fields at an
+# offset of two registers from a zero page below the page map: the same counts, but one
+# cycle more on the load chain of every malloc free (pair/256 1.05x the revision before,
+# tools/prev-ratios.sh, docs/benchmarks.md tenth session).
 #
 # Fails when a count exceeds 45, when any counted instruction carries a `lock` prefix
 # (or is xchg with memory, implicitly locked), or when a count differs from the golden

@@ -11,7 +11,8 @@
 # API the median of the ratios (current / previous; below 1 is faster) and all of them.
 #
 # Usage: tools/prev-ratios.sh [-n RUNS] [-a ALLOCS] REV WORKLOAD
-#   REV       a revision that scripts/build-prev.sh can build (it is built if needed)
+#   REV       a revision that scripts/build-prev.sh can build (it is built if needed),
+#             or the path of a libsheaf.so built elsewhere (an experiment)
 #   WORKLOAD  one of sheaf-bench's paired workloads: fastpath, bulk, xcpu, mix
 #   -n RUNS   processes (default 5)
 #   -a ALLOCS contenders (default sheaf,sheaf-prev,sheaf-malloc,sheaf-malloc-prev)
@@ -35,7 +36,12 @@ case $workload in fastpath | bulk | xcpu | mix) ;; *) echo "prev-ratios: WORKLOA
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bench=$root/build/release/bench/sheaf-bench
 [[ -x $bench ]] || { echo "prev-ratios: no $bench (cmake --preset release && cmake --build --preset release)" >&2; exit 2; }
-lib=$("$root/scripts/build-prev.sh" "$rev" | head -n 1)
+# REV may also be the path of a built libsheaf.so (an experiment's build tree).
+if [[ -f $rev ]]; then
+	lib=$rev
+else
+	lib=$("$root/scripts/build-prev.sh" "$rev" | head -n 1)
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for ((i = 1; i <= runs; i++)); do

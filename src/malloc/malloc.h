@@ -160,42 +160,21 @@ sheaf_fast_inline void *sheaf_malloc_inline(size_t n)
  * or locked main, extents, foreign pointers, errors. */
 void sheaf_free_slowpath(void *p) __attribute__((noinline));
 
-/* Is @p an object start of a size class with the free mark, @k being its page-map key
- * and @pm the page map (sheaf_heap.pagemap)?  Then *@fc is the class cache.  The
- * node's fields are read at pm - SHEAF_KEY_PAD + k + field, one address mode (page.h
- * "Keys"), with no test of the key first: key 0 reads the zero page there, whose
- * bound of 0 no product is below.  The same five instructions for every class and
- * the cache's load, with no branch on the kind of slot size (slab.h malloc_div_c: the
- * offset in the slab times ceil(2^64 / slot) is below malloc_div_lim exactly for the
- * multiples of the slot that start an object, not the slab's tail;
- * slab/freecheck.h); false for every other node.  In assembly on x86-64: GCC computes
- * the node's address once with a `lea` (one instruction more) where each load can
- * take it as base and index. */
-sheaf_fast_inline bool sheaf_malloc_start_ok(const uintptr_t *pm, uintptr_t k, const void *p,
-					     struct sheaf_cache **fc)
+/* Is @p an object start of a size class with the free mark, @k being its page-map key?
+ * Then *@fc is the class cache.  The node's fields are read with no test of the key
+ * first: a page that is not a slab's holds SHEAF_KEY_NONE (page.h "Keys"), zeroes
+ * whose bound of 0 no product is below.  The same five instructions for every class
+ * and the cache's load, with no branch on the kind of slot size (slab.h malloc_div_c:
+ * the offset in the slab times ceil(2^64 / slot) is below malloc_div_lim exactly for
+ * the multiples of the slot that start an object, not the slab's tail;
+ * slab/freecheck.h); false for every other node. */
+sheaf_fast_inline bool sheaf_malloc_start_ok(uintptr_t k, const void *p, struct sheaf_cache **fc)
 {
-#if defined(__x86_64__)
-	uint64_t t;
-	bool below; /* the compare's carry flag (a flag output: the branch is the caller's) */
-	asm("mov %c[dcache](%[pm],%[k]), %[fc]\n\t"
-	    "mov %c[dmask](%[pm],%[k]), %[t]\n\t"
-	    "and %[p], %[t]\n\t"
-	    "imul %c[ddivc](%[pm],%[k]), %[t]\n\t"
-	    "cmp %c[dlim](%[pm],%[k]), %[t]"
-	    : [fc] "=&r"(*fc), [t] "=&r"(t), "=@ccb"(below)
-	    : [pm] "r"(pm), [k] "r"(k), [p] "r"(p),
-	      [dcache] "i"((long)offsetof(struct sheaf_node, malloc_cache) - (long)SHEAF_KEY_PAD),
-	      [dmask] "i"((long)offsetof(struct sheaf_node, malloc_slab_mask) -
-			  (long)SHEAF_KEY_PAD),
-	      [ddivc] "i"((long)offsetof(struct sheaf_node, malloc_div_c) - (long)SHEAF_KEY_PAD),
-	      [dlim] "i"((long)offsetof(struct sheaf_node, malloc_div_lim) - (long)SHEAF_KEY_PAD));
-	return below;
-#else
-	const struct sheaf_node *n = (const struct sheaf_node *)((uintptr_t)pm - SHEAF_KEY_PAD + k);
+	const struct sheaf_node *n = (const struct sheaf_node *)k;
 	*fc = n->malloc_cache;
 	uint64_t off = (uintptr_t)p & n->malloc_slab_mask;
-	return off * n->malloc_div_c < n->malloc_div_lim;
-#endif
+	/* The multiply and the compare with their operands in memory (config.h). */
+	return sheaf_u64_below(off * n->malloc_div_c, &n->malloc_div_lim);
 }
 
 /* sheaf_free(): one page-map load gives the key of the owning cache node, whose
@@ -218,25 +197,22 @@ sheaf_fast_inline void sheaf_free_inline(void *p)
 		 * reaches us after the growth that made it (release).  One cmp with the
 		 * bound in memory (config.h): GCC loads an atomic into a register first. */
 		if (sheaf_likely(sheaf_u64_below(off, &sheaf_heap.fast_limit))) {
-			const uintptr_t *pm = sheaf_heap.pagemap;
-			uintptr_t k =
-				__atomic_load_n(&pm[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED);
+			uintptr_t k = __atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT],
+						      __ATOMIC_RELAXED);
 			/* A node's cache pointer and mask are set before its key is published.
 			 * The usual case (slab.h malloc_div_c): p is an object start of a
 			 * class with the free mark in the object; the sequence tests and
 			 * writes the mark (slab/freecheck.h, fastpath.h). */
 			struct sheaf_cache *fc;
-			if (sheaf_likely(sheaf_malloc_start_ok(pm, k, p, &fc))) {
+			if (sheaf_likely(sheaf_malloc_start_ok(k, p, &fc))) {
 				if (sheaf_likely(sheaf_cpu_push_key(fc, p, k, true)) ||
 				    sheaf_likely(sheaf_thread_push_gated(fc, p, k, true)))
 					return;
 				goto slow_free;
 			}
-			/* Not a class (key 0 among them), a class without checks
+			/* Not a class (SHEAF_KEY_NONE among them), a class without checks
 			 * (SHEAF_FREE_CHECKS=0: no test at all), or not an object start of a
 			 * checked class (the slow path reports it). */
-			fc = ((const struct sheaf_node *)((uintptr_t)pm - SHEAF_KEY_PAD + k))
-				     ->malloc_cache;
 			if (sheaf_unlikely(fc == NULL))
 				goto slow_free;
 			if (!fc->free_checks && sheaf_likely(sheaf_cpu_push_key(fc, p, k, false)))

@@ -43,7 +43,7 @@
  * (SHEAF_PURGE_MS, 1 s by default): the least the dirty total fell to during an epoch is
  * memory no allocation needed in it, and at the epoch's end that much is purged (the
  * largest runs of SHEAF_PURGE_ORDER, 64 KiB, or more; whole free blocks first, unmapped
- * with their slices of the page map and descriptor array).  So memory left unused for a
+ * with their slice of the descriptor array; their page-map slice stays, page.h "Keys").  So memory left unused for a
  * whole epoch is given back at its end, within the decay time (the largest runs go, not
  * the oldest).  The epoch is checked on every page allocation and free and by the
  * reaper's rounds, so an idle program purges too.  A bound keeps a burst from holding
@@ -67,6 +67,10 @@
 
 struct sheaf_heap sheaf_heap = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
+/* page.h "Keys": the key of every page below fast_limit that is not a slab's.  Const:
+ * in a read-only section, so nothing can write it. */
+const uintptr_t sheaf_page_none[SHEAF_PAGE_NONE_WORDS] sheaf_aligned(SHEAF_CACHELINE);
+
 /* Fault injection (tests): page allocations left before they fail; -1 = off.
  * Protected by sheaf_heap.lock. */
 static long heap_fail_countdown = -1;
@@ -80,11 +84,11 @@ void sheaf_os_inject_heap_failure(long n)
 
 #define HEAP_MAP_FLAGS (MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)
 
-/* Map @len bytes with @prot at exactly @addr: 0, -EEXIST when something else is there
+/* Map @len bytes read-write at exactly @addr: 0, -EEXIST when something else is there
  * (the kernel put the mapping elsewhere; it is unmapped again), -ENOMEM. */
-static int map_exact_prot(void *addr, size_t len, int prot)
+static int map_exact(void *addr, size_t len)
 {
-	void *p = sheaf_sys_mmap(addr, len, prot, HEAP_MAP_FLAGS);
+	void *p = sheaf_sys_mmap(addr, len, PROT_READ | PROT_WRITE, HEAP_MAP_FLAGS);
 	if (p == MAP_FAILED)
 		return -ENOMEM;
 	if (p != addr) {
@@ -92,10 +96,6 @@ static int map_exact_prot(void *addr, size_t len, int prot)
 		return -EEXIST;
 	}
 	return 0;
-}
-static int map_exact(void *addr, size_t len)
-{
-	return map_exact_prot(addr, len, PROT_READ | PROT_WRITE);
 }
 
 static inline size_t pm_bytes(size_t heap_bytes)
@@ -107,11 +107,27 @@ static inline size_t desc_bytes(size_t heap_bytes)
 	return (heap_bytes >> SHEAF_PAGE_SHIFT) * sizeof(struct sheaf_slab);
 }
 
-/* Publish the fast paths' bound (release: the page-map slice is mapped).  Locked. */
+/* Publish the fast paths' bound: the blocks reached so far, whose page-map slices hold
+ * keys or SHEAF_KEY_NONE (release: after they were written).  Locked. */
 static void fast_limit_update_locked(void)
 {
 	struct sheaf_heap *h = &sheaf_heap;
-	__atomic_store_n(&h->fast_limit, h->gate_closed ? 0 : h->size, __ATOMIC_RELEASE);
+	size_t reached = SHEAF_MIN(h->size, h->next_block << SHEAF_BLOCK_SHIFT);
+	__atomic_store_n(&h->fast_limit, h->gate_closed ? 0 : reached, __ATOMIC_RELEASE);
+}
+
+/* Block @blk is reached for the first time (the bump of block_take_locked, mapped or
+ * a hole): its page-map slice, one page, gets SHEAF_KEY_NONE in every entry before the
+ * fast paths' bound passes it.  The slice is never purged afterwards (block_release_locked):
+ * purged, it would read 0 again.  Locked. */
+static void block_reach_locked(size_t blk)
+{
+	struct sheaf_heap *h = &sheaf_heap;
+	uintptr_t *e = &h->pagemap[blk << SHEAF_BLOCK_ORDER];
+	for (size_t i = 0; i < SHEAF_BLOCK_PAGES; i++)
+		__atomic_store_n(&e[i], SHEAF_KEY_NONE, __ATOMIC_RELAXED);
+	sheaf_wr(h->next_block, blk + 1); /* read racily by the reaper */
+	fast_limit_update_locked();
 }
 
 void sheaf_page_fast_gate(bool closed)
@@ -162,10 +178,6 @@ static int cover_grow_locked(void)
 static int window_try(char *w, size_t cap)
 {
 	struct sheaf_heap *h = &sheaf_heap;
-	/* The key origin (page.h): a zero page just below the page map, read-only, never
-	 * purged (nothing writes it), so key 0 always names readable zeroes. */
-	if (map_exact_prot(w - SHEAF_KEY_PAD, SHEAF_KEY_PAD, PROT_READ) != 0)
-		return -ENOMEM;
 	h->pagemap = (uintptr_t *)w;
 	h->desc = (struct sheaf_slab *)(w + pm_bytes(cap));
 	h->base = w + pm_bytes(cap) + desc_bytes(cap);
@@ -177,7 +189,6 @@ static int window_try(char *w, size_t cap)
 	h->desc = NULL;
 	h->base = NULL;
 	h->cap = 0;
-	(void)sheaf_sys_munmap(w - SHEAF_KEY_PAD, SHEAF_KEY_PAD);
 	return -ENOMEM;
 }
 
@@ -191,8 +202,7 @@ static int window_place_locked(size_t cap)
 		size_t probe_len = 2 * total + SHEAF_BLOCK_SIZE;
 		char *probe = sheaf_sys_mmap(NULL, probe_len, PROT_NONE, HEAP_MAP_FLAGS);
 		if (probe != MAP_FAILED) {
-			char *w = (char *)SHEAF_ALIGN_UP((uintptr_t)probe + SHEAF_KEY_PAD,
-							 SHEAF_BLOCK_SIZE);
+			char *w = (char *)SHEAF_ALIGN_UP((uintptr_t)probe, SHEAF_BLOCK_SIZE);
 			int un = sheaf_sys_munmap(probe, probe_len);
 			if (un == 0 && window_try(w, cap) == 0)
 				return 0;
@@ -299,7 +309,7 @@ static void dirty_clear_locked(size_t pg, unsigned order)
 }
 
 /* Give a whole free block back to the OS: unmap it (its address space too), purge its
- * page-map and descriptor slices, and remember it for reuse; @bytes of it were dirty.
+ * descriptor slice, and remember it for reuse; @bytes of it were dirty.
  * False when there is no room to remember it: the caller keeps it resident instead
  * (nothing is lost).  Locked. */
 static bool block_release_locked(size_t blk, size_t bytes)
@@ -321,9 +331,9 @@ static bool block_release_locked(size_t blk, size_t bytes)
 		if (sheaf_os_purge(page_addr(pg), SHEAF_BLOCK_SIZE) == 0)
 			sheaf_wr(h->returned_bytes, h->returned_bytes + bytes);
 	}
-	/* 512 entries * 8 B = one page; 512 * 64 B = 8 pages: both page aligned.  A
-	 * failure leaves zeros resident (reported), nothing else. */
-	(void)sheaf_os_purge(&h->pagemap[pg], SHEAF_BLOCK_PAGES * sizeof(uintptr_t));
+	/* 512 * 64 B = 8 pages, page aligned.  A failure leaves zeros resident (reported),
+	 * nothing else.  The page-map slice (512 entries * 8 B, one page) stays: it holds
+	 * SHEAF_KEY_NONE, which the free fast paths read without a test (page.h "Keys"). */
 	(void)sheaf_os_purge(&h->desc[pg], SHEAF_BLOCK_PAGES * sizeof(struct sheaf_slab));
 	h->free_blocks[h->nr_free_blocks++] = entry;
 	return true;
@@ -366,7 +376,7 @@ static long block_take_locked(int nid)
 		if (r == -ENOMEM)
 			return -1;
 		size_t blk = h->next_block;
-		sheaf_wr(h->next_block, h->next_block + 1); /* read racily by the reaper */
+		block_reach_locked(blk);
 		if (r == 0)
 			return (long)blk;
 		h->holes++; /* something else is mapped there: skip it for good */

@@ -60,11 +60,12 @@ struct sheaf_heap {
 	size_t size;             /* bytes of the window covered by pagemap and desc; grows
 				       under lock, read racily (sheaf_rd) by the lookups */
 	size_t cap;              /* window bytes (SHEAF_HEAP_GB): size never passes it */
-	uintptr_t *pagemap;      /* key per page (below): owning sheaf_node, 0 if not a slab
-				    page; fixed after init, SHEAF_KEY_PAD below it a zero page */
+	uintptr_t *pagemap;      /* key per page (below): owning sheaf_node, SHEAF_KEY_NONE
+				    or 0 if not a slab page */
 	struct sheaf_slab *desc; /* descriptor per page */
 	/* The free fast paths (percpu/rseq.h, malloc/malloc.h) accept a pointer p with
-	 * p - base below this: the covered size, or 0 while the gate is closed.  With
+	 * p - base below this: the blocks reached so far (every entry below it a key or
+	 * SHEAF_KEY_NONE, never 0), or 0 while the gate is closed.  With
 	 * base and pagemap in the one line those paths read. */
 	uintptr_t fast_limit;
 	/* Protects everything below.  On a line of its own: every page taken or given
@@ -109,30 +110,35 @@ void sheaf_page_fork_register(void); /* rank HEAP of the fork walk (base/lock.h)
 void sheaf_os_inject_heap_failure(long n);
 
 /* ---- Keys: what the page map holds ------------------------------------------------------
- * A slab page's entry is the key of its owning cache node, and every sheaf carries the
- * key of the node it takes objects of (percpu.h), so "this object may go onto this
- * sheaf" is one compare.  A key is not the node's address but its distance from the
- * key origin, the page just below the page map (SHEAF_KEY_PAD bytes, mapped read-only
- * and zero when the window is chosen, page.c window_try): key 0, the entry of every
- * page that is not a slab's, then names the origin, whose zero bytes read as a node
- * with no cache and no objects.  The malloc free fast path reads the node's fields at
- * origin + key, an address mode of the page map's base, which it holds already, and the
- * key: with no test for 0 first, two instructions fewer (malloc.h sheaf_free_inline,
- * tools/fastpath-golden.sh).  The same key is the free mark (slab/freecheck.h).  The
- * page map never moves after init, so keys are fixed for the life of the process. */
-#define SHEAF_KEY_PAD 4096u
+ * A slab page's entry is the key of its owning cache node, the node's address, and
+ * every sheaf carries the key of the node it takes objects of (percpu.h), so "this
+ * object may go onto this sheaf" is one compare.  Every other page below
+ * sheaf_heap.fast_limit (free pages, pages of released blocks, holes) holds
+ * SHEAF_KEY_NONE, the address of sheaf_page_none: read-only zeroes that read as a node
+ * with no cache and no objects.  So the free fast paths never find 0 and read the
+ * node's fields with no test of the key first (malloc.h sheaf_free_inline: two
+ * instructions fewer, tools/fastpath-golden.sh); the page-map slice of every block is
+ * filled with it when the block is first reached, fast_limit stays below the blocks
+ * reached, and the slices are never purged (one page per 2 MiB block ever used: 0.2 %
+ * of the heap's high-water mark, page.c).  Entries above the blocks reached are 0; the
+ * slow paths bound their lookups by the covered size and take both 0 and
+ * SHEAF_KEY_NONE for "no slab" (sheaf_page_key gives 0 for both).  The same key is the
+ * free mark (slab/freecheck.h). */
+#define SHEAF_PAGE_NONE_WORDS 32 /* bytes 0..255: every field the fast paths read */
+extern const uintptr_t sheaf_page_none[SHEAF_PAGE_NONE_WORDS] sheaf_hidden;
+#define SHEAF_KEY_NONE ((uintptr_t)sheaf_page_none)
 
-/* The key of @owner (a cache node), never 0. */
+/* The key of @owner (a cache node), never 0 or SHEAF_KEY_NONE. */
 static inline uintptr_t sheaf_key_encode(const void *owner)
 {
-	return (uintptr_t)owner - ((uintptr_t)sheaf_heap.pagemap - SHEAF_KEY_PAD);
+	return (uintptr_t)owner;
 }
-/* The cache node whose key is @k, NULL for 0. */
+/* The cache node whose key is @k, NULL for 0 and SHEAF_KEY_NONE. */
 static inline struct sheaf_node *sheaf_key_owner(uintptr_t k)
 {
-	if (!k)
+	if (!k || k == SHEAF_KEY_NONE)
 		return NULL;
-	return (struct sheaf_node *)((uintptr_t)sheaf_heap.pagemap - SHEAF_KEY_PAD + k);
+	return (struct sheaf_node *)k;
 }
 
 /* O(1) pointer -> key, for any pointer (foreign ones give 0). */
@@ -141,7 +147,9 @@ static inline uintptr_t sheaf_page_key(const void *p)
 	uintptr_t off = (uintptr_t)p - (uintptr_t)sheaf_heap.base;
 	if (sheaf_unlikely(off >= sheaf_rd(sheaf_heap.size)))
 		return 0;
-	return __atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED);
+	uintptr_t k =
+		__atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED);
+	return k == SHEAF_KEY_NONE ? 0 : k;
 }
 /* The slab holding @p, or NULL if @p is not inside a live slab of Sheaf. */
 static inline struct sheaf_slab *sheaf_page_slab(const void *p)
@@ -150,7 +158,8 @@ static inline struct sheaf_slab *sheaf_page_slab(const void *p)
 	if (sheaf_unlikely(off >= sheaf_rd(sheaf_heap.size)))
 		return NULL;
 	size_t pg = off >> SHEAF_PAGE_SHIFT;
-	if (!__atomic_load_n(&sheaf_heap.pagemap[pg], __ATOMIC_ACQUIRE))
+	uintptr_t k = __atomic_load_n(&sheaf_heap.pagemap[pg], __ATOMIC_ACQUIRE);
+	if (!k || k == SHEAF_KEY_NONE)
 		return NULL;
 	struct sheaf_slab *d = &sheaf_heap.desc[pg];
 	if (sheaf_rd(d->pg_kind) == SHEAF_PG_TAIL)

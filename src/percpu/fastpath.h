@@ -133,7 +133,8 @@ sheaf_fast_inline uintptr_t sheaf_cpu_key_of(struct sheaf_cache *c, const void *
 		return 0;
 	uintptr_t key =
 		__atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED);
-	if (sheaf_unlikely(!key || sheaf_key_owner(key)->cache != c))
+	/* A raw entry: SHEAF_KEY_NONE reads as a node with no cache (page.h "Keys"). */
+	if (sheaf_unlikely(!key || ((const struct sheaf_node *)key)->cache != c))
 		return 0;
 	return key;
 }

@@ -134,7 +134,7 @@ static void slab_discard(struct sheaf_cache *c, struct sheaf_slab *s)
 	unsigned order = s->pg_order;
 	char *mem = s->sl_base;
 	for (uint32_t i = 0; i < npages; i++)
-		__atomic_store_n(&sheaf_heap.pagemap[pg + i], 0, __ATOMIC_RELEASE);
+		__atomic_store_n(&sheaf_heap.pagemap[pg + i], SHEAF_KEY_NONE, __ATOMIC_RELEASE);
 	for (uint32_t i = 1; i < npages; i++) {
 		sheaf_wr(sheaf_heap.desc[pg + i].pg_kind, SHEAF_PG_UNUSED);
 		sheaf_heap.desc[pg + i].pg_head_delta = 0;

@@ -25,7 +25,7 @@ struct sheaf_pcs;   /* percpu/percpu.h */
  * end, so that free() recognises one with a single test. */
 #define SHEAF_CACHE_MALLOC_CLASS 0x80000000u
 
-/* ---- Cache node: per node per cache (K§1.2); its key (page.h) is in the page map --- */
+/* ---- Cache node: per node per cache (K§1.2); its address is the pagemap key --------- */
 
 struct sheaf_node {
 	struct sheaf_cache *cache;
@@ -45,8 +45,8 @@ struct sheaf_node {
 	 * branch to a reciprocal for the others, which a program freeing sizes of both kinds
 	 * at random mispredicted on about every other free (docs/benchmarks.md, ninth
 	 * session).  Set with malloc_cache, before any key of this node is published.
-	 * Key 0 names the zero page below the page map (page.h "Keys"), which reads as a
-	 * node with all four 0: the test fails there too, with no test of the key first. */
+	 * SHEAF_KEY_NONE, the key of every page that is not a slab's (page.h "Keys"), reads
+	 * as a node with all four 0: the test fails there too, with no test of the key. */
 	uintptr_t malloc_slab_mask;
 	uint64_t malloc_div_c;
 	uint64_t malloc_div_lim;
@@ -98,6 +98,11 @@ struct sheaf_cache_policy {
 	bool barn_limits_in_bytes;       /* D6: barn limits sized in bytes (7.0: 10 + 10) */
 	bool barn_trim;                  /* D6: barns trimmed to their working set */
 };
+/* Every field a fast path reads of a key with no test first lies inside sheaf_page_none
+ * (page.h "Keys"). */
+_Static_assert(offsetof(struct sheaf_node, malloc_div_lim) + sizeof(uint64_t) <=
+		       sizeof(uintptr_t) * SHEAF_PAGE_NONE_WORDS,
+	       "sheaf_page_none must cover the node fields the free fast paths read");
 
 /* One CPU's main sheaf pointer of a cache, in a cache line of its own: a CPU's slow
  * path swaps its own entry (the lock, a new main: lock cmpxchg or a store), and with

@@ -702,8 +702,7 @@ static void t_start_test_every_class(void)
 			bool want = checked && off % c->slot_size == 0 &&
 				    off / c->slot_size < c->objs_per_slab;
 			struct sheaf_cache *fc = NULL;
-			bool got = sheaf_malloc_start_ok(sheaf_heap.pagemap, k,
-							 (void *)(base + off), &fc);
+			bool got = sheaf_malloc_start_ok(k, (void *)(base + off), &fc);
 			if ((got != want || (got && fc != c)) && bad++ < 5)
 				fprintf(stderr, "# class %u (slot %u): offset %zu\n", i,
 					(unsigned)c->slot_size, (size_t)off);
@@ -722,15 +721,16 @@ static void t_start_test_every_class(void)
 	uintptr_t ok = sheaf_page_key(o);
 	struct sheaf_node *on = sheaf_key_owner(ok);
 	struct sheaf_cache *ofc = NULL;
-	CHECK(on && on->malloc_div_c == 0 &&
-	      !sheaf_malloc_start_ok(sheaf_heap.pagemap, ok, o, &ofc));
-	/* Key 0 (no slab there: page/page.h "Keys") reads the zero page below the page map
-	 * as a node with no cache, whatever the pointer: never the fast path's start, and
-	 * no fault although no node lies there. */
+	CHECK(on && on->malloc_div_c == 0 && !sheaf_malloc_start_ok(ok, o, &ofc));
+	/* SHEAF_KEY_NONE (no slab there: page/page.h "Keys") reads as a node with no cache,
+	 * whatever the pointer: never the fast path's start. */
 	void *ps[3] = { o, (char *)o + 16, sheaf_heap.base };
-	for (int j = 0; j < 3; j++)
-		CHECK(!sheaf_malloc_start_ok(sheaf_heap.pagemap, 0, ps[j], &ofc));
-	CHECK(sheaf_key_owner(0) == NULL && sheaf_key_encode(on) == ok);
+	for (int j = 0; j < 3; j++) {
+		ofc = other;
+		CHECK(!sheaf_malloc_start_ok(SHEAF_KEY_NONE, ps[j], &ofc) && ofc == NULL);
+	}
+	CHECK(sheaf_key_owner(0) == NULL && sheaf_key_owner(SHEAF_KEY_NONE) == NULL &&
+	      sheaf_key_encode(on) == ok);
 	sheaf_cache_free(other, o);
 	sheaf_cache_destroy(other);
 }
@@ -766,6 +766,25 @@ static void t_trim(void)
 	CHECK(after < before + (peak - before) / 4);
 #endif
 	CHECK(sheaf_malloc_trim() == 0);
+	/* page/page.h "Keys": below the fast paths' bound no page-map entry is 0 (the free
+	 * fast path reads the node's fields with no test of the key), also after trim gave
+	 * whole blocks back, and the pages of the freed slabs read SHEAF_KEY_NONE. */
+	size_t lim = __atomic_load_n(&sheaf_heap.fast_limit, __ATOMIC_ACQUIRE) >> SHEAF_PAGE_SHIFT;
+	size_t zero = 0, none = 0;
+	for (size_t pg = 0; pg < lim; pg++) {
+		uintptr_t e = __atomic_load_n(&sheaf_heap.pagemap[pg], __ATOMIC_RELAXED);
+		zero += e == 0;
+		none += e == SHEAF_KEY_NONE;
+	}
+	printf("# page map below the bound: %zu pages, %zu SHEAF_KEY_NONE, %zu zero\n", lim, none,
+	       zero);
+	CHECK(lim > 0 && zero == 0 && none > 0);
+	size_t freed_none = 0;
+	for (int i = 0; i < N; i++) {
+		uintptr_t off = (uintptr_t)v[i] - (uintptr_t)sheaf_heap.base;
+		freed_none += sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT] == SHEAF_KEY_NONE;
+	}
+	CHECK(freed_none > N / 2); /* the classes' slabs went with the trim */
 }
 
 /* Out of address space (RLIMIT_AS set after extents were cached): a fresh mapping
