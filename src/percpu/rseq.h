@@ -179,9 +179,10 @@ void sheaf_rseq_fork_child(void);
  * SHEAF_MARK_WORD1), inside the sequence: once the key test has shown that @obj lies in
  * a slab of this cache (so reading it is safe), a mark equal to the key (%rdx: the
  * mark is the key, freecheck.h) sends the free to the slow path (maybe a double free:
- * confirmed there), otherwise the key is written into the mark before the commit.  An abort after that store leaves the
- * mark set on an object that is not in any sheaf: the slow path then finds the mark,
- * searches, finds nothing and frees it (a rare extra search, never a false report). */
+ * confirmed there), otherwise the key is written into the mark before the commit.  An
+ * abort after that store leaves the mark set on an object that is not in any sheaf: the
+ * slow path then finds the mark, searches, finds nothing and frees it (a rare extra
+ * search, never a false report). */
 #define SHEAF_RSEQ_MARK(slow)                                                        \
 	"cmp %%rdx, 8(%[o])\n\t"                                                   \
 	"je %l[" #slow "]\n\t"                                                     \

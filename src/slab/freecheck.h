@@ -26,8 +26,8 @@
  * one load fewer per free (tools/fastpath-golden.sh).  A key is the distance of an
  * internal structure from the page map, a value a program has no reason to store in an
  * object's second word (it never sees it); the mark is not a secret and guards against
- * mistakes, not an adversary (docs/debugging.md).  Plain caches keep the mark in the object's second word (every
- * slot is at least 16 bytes); caches whose free objects must keep their bytes (a
+ * mistakes, not an adversary (docs/debugging.md).  Plain caches keep the mark in the
+ * object's second word (every slot is at least 16 bytes); caches whose free objects must keep their bytes (a
  * constructor, SHEAF_TYPESAFE_BY_RCU) keep it in a word past the object.
  */
 #ifndef SHEAF_SLAB_FREECHECK_H
