@@ -157,13 +157,19 @@ static int cover_map_locked(size_t step)
 }
 
 /* Grow the covered part: a step of 64 MiB or half the size so far (at most 1 GiB),
- * halved down to one block while the address space is short.  Locked. */
+ * halved down to one block while the address space is short.  Every step is whole
+ * blocks, so the covered size stays a multiple of 2 MiB and the next slices of the page
+ * map (size / 512) and descriptors (size / 64) start on a page: until 2026-11-29 half of
+ * 1458 MiB made the size 2187 MiB, whose page-map slice began inside a page, every
+ * mapping of the next step missed its address, and the heap stopped growing at 2.1 GiB
+ * whatever the cap (found by review; tests/unit/test_page_dirty.c test_growth_past_2g).
+ * Locked. */
 static int cover_grow_locked(void)
 {
 	struct sheaf_heap *h = &sheaf_heap;
 	size_t left = h->cap - h->size;
 	size_t step = SHEAF_MIN(SHEAF_MAX((size_t)64 << 20, h->size / 2), (size_t)1 << 30);
-	step = SHEAF_MIN(step, left);
+	step = SHEAF_MIN(SHEAF_ALIGN_UP(step, SHEAF_BLOCK_SIZE), left);
 	for (; step >= SHEAF_BLOCK_SIZE; step = SHEAF_ALIGN_UP(step / 2, SHEAF_BLOCK_SIZE)) {
 		if (cover_map_locked(step) == 0)
 			return 0;

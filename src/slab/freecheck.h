@@ -23,10 +23,10 @@
  * (sheaf_free_confirm) before anything is reported, so a live object that happens to
  * hold the key is never reported, only searched for.  The key rather than one random
  * word per process (until 2026-11-29): the fast paths hold it in a register already,
- * one load fewer per free (tools/fastpath-golden.sh).  A key is the distance of an
- * internal structure from the page map, a value a program has no reason to store in an
+ * one load fewer per free (tools/fastpath-golden.sh).  A key is the address of an
+ * internal structure (the cache node), a value a program has no reason to store in an
  * object's second word (it never sees it); the mark is not a secret and guards against
- * mistakes, not an adversary (docs/debugging.md).  Plain caches keep the mark in the
+ * mistakes, not an adversary (docs/debugging.md): a read after free can see it.  Plain caches keep the mark in the
  * object's second word (every slot is at least 16 bytes); caches whose free objects must keep their bytes (a
  * constructor, SHEAF_TYPESAFE_BY_RCU) keep it in a word past the object.
  */

@@ -185,11 +185,42 @@ static void test_stuck_dirt_no_walks(void)
 	sheaf_mutex_unlock(&h->lock, SHEAF_LOCK_HEAP);
 }
 
+/* The heap grows past 2.1 GiB (src/page/page.c cover_grow_locked): whole blocks taken
+ * one after another, mapped and never touched (only their page-map slice, one page each,
+ * is written), until the covered size passes 3 GiB, which takes steps from 1458 MiB on;
+ * the covered size stays a multiple of 2 MiB.  Until 2026-11-29 a step of half of
+ * 1458 MiB left the next page-map slice off a page boundary and every allocation past
+ * 2187 MiB failed with ENOMEM (review). */
+static void test_growth_past_2g(void)
+{
+	enum { MAX_BLOCKS = 1700 }; /* 3.3 GiB of address space, no memory behind it */
+	static void *blk[MAX_BLOCKS];
+	int n = 0, misaligned = 0;
+	if (sheaf_heap.cap < (4ul << 30)) {
+		printf("# heap cap %zu MiB: growth past 3 GiB not tested\n", sheaf_heap.cap >> 20);
+		return;
+	}
+	while (n < MAX_BLOCKS && sheaf_heap.size <= (3ul << 30)) {
+		blk[n] = sheaf_page_alloc(SHEAF_BLOCK_ORDER, 0);
+		if (!blk[n])
+			break;
+		misaligned += (sheaf_heap.size & (SHEAF_BLOCK_SIZE - 1)) != 0;
+		n++;
+	}
+	printf("# %d blocks taken, heap covered %zu MiB\n", n, sheaf_heap.size >> 20);
+	CHECK(sheaf_heap.size > (3ul << 30));
+	CHECK(misaligned == 0);
+	while (n > 0)
+		sheaf_page_free(blk[--n], SHEAF_BLOCK_ORDER, 0);
+	sheaf_page_purge_all();
+}
+
 int main(void)
 {
 	RUN(test_merge_counts_once);
 	RUN(test_random_invariant);
 	RUN(test_global_stat);
 	RUN(test_stuck_dirt_no_walks);
+	RUN(test_growth_past_2g);
 	return th_done();
 }
