@@ -193,7 +193,10 @@ static void test_stuck_dirt_no_walks(void)
  * 2187 MiB failed with ENOMEM (review). */
 static void test_growth_past_2g(void)
 {
-	enum { MAX_BLOCKS = 1700 }; /* 3.3 GiB of address space, no memory behind it */
+	/* 3.3 GiB of address space at most, no memory behind it. */
+	enum {
+		MAX_BLOCKS = 1700
+	};
 	static void *blk[MAX_BLOCKS];
 	int n = 0, misaligned = 0;
 	if (sheaf_heap.cap < (4ul << 30)) {
