@@ -21,8 +21,9 @@
  *    program's later mappings come down from above the window, the heap grows up;
  *  - the page map and the descriptors, flat arrays over the window laid out below the
  *    heap part, are mapped for the first `size` bytes of the window only, and `size`
- *    grows in steps (64 MiB, or half the size so far, up to 1 GiB: 1.8 % of a step in
- *    metadata address space, halved down to one block when the address space is short);
+ *    grows in steps of whole blocks (64 MiB, or half the size so far rounded up to 2 MiB,
+ *    up to 1 GiB: 1.8 % of a step in metadata address space, halved down to one block
+ *    when the address space is short);
  *  - each 2 MiB block is mapped (read-write, at its fixed address: a plain hint, which
  *    the kernel honours when the range is free) when the buddy allocator first needs it,
  *    and unmapped when it is purged as a whole, so freed memory gives its address space
