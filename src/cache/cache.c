@@ -125,8 +125,8 @@ void cache_free_to_slab(struct sheaf_cache *c, void *obj)
  * object (reported otherwise).  @key is its page-map key. */
 bool cache_free_ptr_ok(struct sheaf_cache *c, const void *obj, uintptr_t key, const char *op)
 {
-	if (sheaf_unlikely(!sheaf_key_owner(key) || sheaf_key_owner(key)->cache != c ||
-			   c->debug_flags))
+	const struct sheaf_node *n = sheaf_key_owner(key);
+	if (sheaf_unlikely(!n || n->cache != c || c->debug_flags))
 		return sheaf_slab_check_obj(c, obj, op) != NULL;
 	if (sheaf_unlikely(c->free_checks && !sheaf_obj_is_start(c, obj))) {
 		sheaf_error(SHEAF_ERR_INTERIOR, c->name, obj,

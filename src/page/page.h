@@ -133,12 +133,15 @@ static inline uintptr_t sheaf_key_encode(const void *owner)
 {
 	return (uintptr_t)owner;
 }
+/* Is @k a slab's key, not 0 or SHEAF_KEY_NONE? */
+static inline bool sheaf_key_is_slab(uintptr_t k)
+{
+	return k && k != SHEAF_KEY_NONE;
+}
 /* The cache node whose key is @k, NULL for 0 and SHEAF_KEY_NONE. */
 static inline struct sheaf_node *sheaf_key_owner(uintptr_t k)
 {
-	if (!k || k == SHEAF_KEY_NONE)
-		return NULL;
-	return (struct sheaf_node *)k;
+	return sheaf_key_is_slab(k) ? (struct sheaf_node *)k : NULL;
 }
 
 /* O(1) pointer -> key, for any pointer (foreign ones give 0). */
@@ -158,8 +161,7 @@ static inline struct sheaf_slab *sheaf_page_slab(const void *p)
 	if (sheaf_unlikely(off >= sheaf_rd(sheaf_heap.size)))
 		return NULL;
 	size_t pg = off >> SHEAF_PAGE_SHIFT;
-	uintptr_t k = __atomic_load_n(&sheaf_heap.pagemap[pg], __ATOMIC_ACQUIRE);
-	if (!k || k == SHEAF_KEY_NONE)
+	if (!sheaf_key_is_slab(__atomic_load_n(&sheaf_heap.pagemap[pg], __ATOMIC_ACQUIRE)))
 		return NULL;
 	struct sheaf_slab *d = &sheaf_heap.desc[pg];
 	if (sheaf_rd(d->pg_kind) == SHEAF_PG_TAIL)
