@@ -12,7 +12,8 @@
 # Usage: tools/shape-ratios.sh [-n ROUNDS] [-r REV] SHAPE
 #   SHAPE     xmalloc, large, thread, simple or larson
 #   -n ROUNDS rounds (default 5)
-#   -r REV    the earlier revision (default scripts/build-prev.sh's; built if needed)
+#   -r REV    the earlier revision (default scripts/build-prev.sh's; built if needed),
+#             or the path of a libsheaf.so built elsewhere
 # Each child runs the shape three times and reports its median (sheaf-bench --child=...).
 set -uo pipefail
 
@@ -41,10 +42,15 @@ if [ ! -x "$driver" ]; then
 	echo "$0: no $driver (cmake --preset release && cmake --build --preset release)" >&2
 	exit 1
 fi
-prevlib=$(scripts/build-prev.sh $rev | head -n 1) || {
-	echo "$0: scripts/build-prev.sh failed" >&2
-	exit 1
-}
+# REV may also be the path of a built libsheaf.so (an experiment's build tree).
+if [[ -n $rev && -f $rev ]]; then
+	prevlib=$rev
+else
+	prevlib=$(scripts/build-prev.sh $rev | head -n 1) || {
+		echo "$0: scripts/build-prev.sh failed" >&2
+		exit 1
+	}
+fi
 
 # One child: its median time in ms (the "time" record's median field), or "nan".
 run_child() { # contender allocator env...

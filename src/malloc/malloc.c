@@ -4,13 +4,13 @@
  *
  * Three kinds of memory, told apart on free in this order:
  *
- *  1. Size-class objects (<= 32 KiB, sizeclass.h): one Sheaf cache per class,
+ *  1. Size-class objects (<= 64 KiB, sizeclass.h): one Sheaf cache per class,
  *     created on first use, so malloc and free are the caches' per-CPU sheaf
  *     fast paths (K§2.1-2.6) plus a table lookup (inline, in
  *     malloc/malloc.h).  The page map finds the owning cache of any
  *     pointer in O(1), and a pointer whose cache is not one of
  *     ours is reported, never followed.
- *  2. Extents (> 32 KiB, or alignment > 4 KiB): page-aligned anonymous
+ *  2. Extents (> 64 KiB, or alignment > 4 KiB): page-aligned anonymous
  *     mappings recorded in a sharded hash table keyed by address (no header,
  *     so a foreign pointer is never dereferenced).  Freed extents wait in a
  *     cache (64-512 MiB, in size bins; best fit, split and merged, or
@@ -604,7 +604,7 @@ void *sheaf_aligned_alloc(size_t align, size_t n)
 	}
 	if (align <= SHEAF_SC_ALIGN_MAX && n <= SHEAF_SC_MAX) {
 		/* The smallest class that holds n and whose objects are all
-		 * aligned to align; the 32 KiB class is 4 KiB-aligned, so the
+		 * aligned to align; the classes from 4 KiB up are 4 KiB-aligned, so the
 		 * search always ends. */
 		unsigned int i = sheaf_sc_index(n);
 		while (sheaf_sc_align(i) < align)

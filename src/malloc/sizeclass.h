@@ -2,10 +2,15 @@
 /*
  * sizeclass.h - the malloc front end's size classes (docs/malloc.md).
  *
- * 41 classes from 8 B to 32 KiB, like kmalloc's: 8, 16, then every 16 B up
+ * 45 classes from 8 B to 64 KiB, like kmalloc's up to 32 KiB: 8, 16, then every 16 B up
  * to 128 B (the 16-byte quantum keeps every object of 16 B or more aligned to
  * max_align_t), then four classes per power of two (160, 192, 224, 256, 320,
- * ..., 28672, 32768).
+ * ..., 57344, 65536).  The four above 32 KiB (since 2026-11-29) take blocks of
+ * 32-64 KiB off the extent path: a program that keeps replacing such blocks
+ * ran 5-8x as long as with tcmalloc or mimalloc through the extent cache's
+ * locks and bins (docs/benchmarks.md, eleventh session).  Their slabs hold one
+ * object each (cache/create.c calculate_order), so a freed object's pages go
+ * back with its slab, as an extent's would.
  *
  * Worst-case internal fragmentation: a request of n > 128 B gets a class of
  * less than 1.25 n (four steps per doubling: n just above 2^k gets
@@ -21,8 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHEAF_SC_COUNT     41u
-#define SHEAF_SC_MAX       32768u /* largest class; larger requests are extents */
+#define SHEAF_SC_COUNT     45u
+#define SHEAF_SC_MAX       65536u /* largest class; larger requests are extents */
 #define SHEAF_SC_TABLE_MAX 1024u  /* sizes up to this use the byte table */
 #define SHEAF_SC_ALIGN_MAX 4096u  /* alignment passed to a class cache is capped here */
 

@@ -98,8 +98,8 @@ static void t_calloc(void)
 	errno = 0;
 	CHECK(sheaf_calloc(SIZE_MAX, SIZE_MAX) == NULL && errno == ENOMEM);
 	/* Zeroed, also when the memory is recycled (small and large). */
-	size_t sizes[] = { 1, 40, 1000, 32768, 40000, 300000 };
-	for (unsigned k = 0; k < 6; k++) {
+	size_t sizes[] = { 1, 40, 1000, 32768, 40000, 65536, 65537, 300000 };
+	for (unsigned k = 0; k < 8; k++) {
 		for (int r = 0; r < 3; r++) {
 			unsigned char *d = sheaf_malloc(sizes[k]);
 			memset(d, 0xff, sizes[k]);
@@ -199,7 +199,7 @@ static void t_every_alignment(void)
 {
 	for (size_t al = 1; al <= ((size_t)1 << 20); al <<= 1) {
 		size_t sizes[] = {
-			0, 1, 7, al / 2, al - 1, al, al + 1, 3 * al, 32768, 32769, 100000
+			0, 1, 7, al / 2, al - 1, al, al + 1, 3 * al, 65536, 65537, 100000
 		};
 		void *keep[11][3];
 		for (unsigned i = 0; i < 11; i++) {
@@ -266,7 +266,7 @@ static void t_realloc(void)
 	q = sheaf_realloc(p, 17);
 	CHECK(q == p && check_fill(q, 17) == 0);
 	/* Grow through every kind: classes, the largest class, extents. */
-	size_t path[] = { 17,       100,     1000,   4000,  32768, 32769, 200000, 5 << 20,
+	size_t path[] = { 17,       100,     1000,   4000,  65536, 65537, 200000, 5 << 20,
 			  40 << 20, 6 << 20, 100000, 40000, 20000, 1000,  10,     1 };
 	size_t cur = 17;
 	for (unsigned i = 1; i < sizeof(path) / sizeof(path[0]); i++) {
@@ -307,8 +307,8 @@ static void t_realloc(void)
 
 static void t_free_keeps_errno(void)
 {
-	size_t sizes[] = { 1, 100, 5000, 32768, 50000, 3 << 20 };
-	for (unsigned i = 0; i < 6; i++) {
+	size_t sizes[] = { 1, 100, 5000, 32768, 50000, 65537, 3 << 20 };
+	for (unsigned i = 0; i < 7; i++) {
 		void *p = sheaf_malloc(sizes[i]);
 		errno = 9876;
 		sheaf_free(p);
@@ -508,13 +508,13 @@ static void t_extent_cache(void)
 	sheaf_free(q);
 	/* A smaller request splits it: the head is handed out, whole pages of
 	 * the request, and the tail stays cached. */
-	void *s = sheaf_malloc(40000);
-	CHECK(s == p && sheaf_usable_size(s) == 40960);
+	void *s = sheaf_malloc(80000);
+	CHECK(s == p && sheaf_usable_size(s) == 81920);
 	sheaf_malloc_extent_cache_stat(&cnt, &bytes);
-	CHECK(cnt == 1 && bytes == 327680 - 40960);
+	CHECK(cnt == 1 && bytes == 327680 - 81920);
 	/* ... and so does the next one, from the tail. */
 	void *s2 = sheaf_malloc(100000);
-	CHECK(s2 == (char *)p + 40960 && sheaf_usable_size(s2) == 102400);
+	CHECK(s2 == (char *)p + 81920 && sheaf_usable_size(s2) == 102400);
 	/* Freed, the pieces merge with the cached tail into the whole again. */
 	sheaf_malloc_counters_get(&c0);
 	sheaf_free(s);
@@ -619,18 +619,18 @@ static void t_extent_small_whole(void)
 	size_t cnt, bytes;
 	sheaf_malloc_extent_cache_drain();
 	for (int i = 0; i < N; i++)
-		REQUIRE((v[i] = sheaf_malloc(40000)) != NULL); /* 40 KiB step */
+		REQUIRE((v[i] = sheaf_malloc(80000)) != NULL); /* 80 KiB step */
 	sheaf_malloc_counters_get(&c0);
 	for (int i = 0; i < N; i++)
 		sheaf_free(v[i]);
 	sheaf_malloc_counters_get(&c1);
 	sheaf_malloc_extent_cache_stat(&cnt, &bytes);
 	CHECK(c1.extent_merges == c0.extent_merges);
-	CHECKF(cnt == N && bytes == N * 40960u, "cnt %zu bytes %zu", cnt, bytes);
-	/* 36 KiB of request: the 40 KiB step, reused whole (no 4 KiB tail). */
-	void *p = sheaf_malloc(36 * 1024 + 1);
+	CHECKF(cnt == N && bytes == N * 81920u, "cnt %zu bytes %zu", cnt, bytes);
+	/* 72 KiB of request: the 80 KiB step, reused whole (no 8 KiB tail). */
+	void *p = sheaf_malloc(72 * 1024 + 1);
 	sheaf_malloc_counters_get(&c0);
-	CHECK(c0.extent_reuses - c1.extent_reuses == 1 && sheaf_usable_size(p) == 40960);
+	CHECK(c0.extent_reuses - c1.extent_reuses == 1 && sheaf_usable_size(p) == 81920);
 	sheaf_free(p);
 	sheaf_malloc_extent_cache_drain();
 }
