@@ -330,10 +330,20 @@ static unsigned int xc_bin_floor(size_t len)
 }
 
 /* Smallest remainder worth keeping when a cached extent is split (below it
- * the whole extent is handed out: a few pages more address space), and
- * smallest cached extent worth moving into a gathered one (below it,
- * faulting its pages in costs about what the mremap call does). */
+ * the whole extent is handed out: a few pages more address space). */
 #define XC_SPLIT_MIN (64u << 10)
+/* Smallest cached extent moved into a gathered one.  It was XC_SPLIT_MIN until
+ * 2026-11-29, on the reckoning that faulting 16 pages in costs about what an mremap
+ * call does; but every moved piece stays a kernel mapping of its own, and mremap's
+ * cost grows with the mappings around it.  300 live blocks of random sizes of 64-256
+ * KiB, replaced 20,000 times, made 8,400 mappings and took 30 us a replacement
+ * (tcmalloc 0.06, mimalloc 0.5, glibc 0.4); with pieces of 1 MiB or more, where a
+ * move saves 256 faults or more, the mappings stay flat and a replacement takes 1.3
+ * us, 9.1 us with each block written whole (tcmalloc 9.4, mimalloc 8.9: the memory
+ * writes).  The large shape (blocks of 5-25 MiB) gathers as before
+ * (docs/benchmarks.md, eleventh session; test unit/test_malloc_extents.c
+ * t_mappings_small_blocks). */
+#define XC_GATHER_PIECE_MIN (1u << 20)
 /* Most kernel mappings (VMAs) an extent may span and stay cached.  A moved
  * extent stays a mapping of its own (the kernel merges neighbours only when
  * their page offsets follow on, which moved ones' do not), so every gather
@@ -415,13 +425,13 @@ static void xc_split_locked(struct xc_node *x, size_t keep)
 
 /* Cached extents for a request of @need bytes that no single one holds, to
  * be moved into a new mapping of @need bytes: the largest first (the fewest
- * moves), none under XC_SPLIT_MIN, while their mappings stay within
+ * moves), none under XC_GATHER_PIECE_MIN, while their mappings stay within
  * XC_VMAS_MAX.  The last one is split where it holds more than the rest of
  * @need, its tail staying cached. */
 static void xc_gather_locked(size_t need, struct malloc_extent_pick *pk)
 {
 	size_t sum = 0;
-	unsigned int low = xc_bin_floor(XC_SPLIT_MIN), vmas = 0;
+	unsigned int low = xc_bin_floor(XC_GATHER_PIECE_MIN), vmas = 0;
 	for (unsigned int i = XC_BINS;
 	     i-- > low && sum < need && pk->n < MALLOC_EXTENT_GATHER_MAX;) {
 		struct xc_node *x;

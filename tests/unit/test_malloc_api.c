@@ -525,18 +525,26 @@ static void t_extent_cache(void)
 	CHECK(c1.extent_merges - c0.extent_merges == 2);
 	void *r = sheaf_malloc(327680);
 	CHECK(r == p);
-	/* A request larger than anything cached moves the cached extent into a
-	 * new mapping with mremap instead of mapping afresh: the resident pages
-	 * move, only the rest is new (the first bytes held the cache's own
-	 * links). */
-	memset(r, 7, 327680);
 	sheaf_free(r);
+	/* A request larger than anything cached moves the cached extents of 1 MiB or more
+	 * (XC_GATHER_PIECE_MIN, extent.c) into a new mapping with mremap instead of mapping
+	 * afresh: the resident pages move, only the rest is new (the first bytes held the
+	 * cache's own links).  The cache emptied first, so that the extent of 320 KiB is not
+	 * merged with the new one, should the kernel place them side by side. */
+	sheaf_malloc_extent_cache_drain();
+	char *m = sheaf_malloc(1310720); /* 1.25 MiB, a size step */
+	REQUIRE(m != NULL);
+	memset(m, 7, 1310720);
+	sheaf_free(m);
 	sheaf_malloc_counters_get(&c0);
-	char *g = sheaf_malloc(1 << 20);
+	char *g = sheaf_malloc(4 << 20);
 	sheaf_malloc_counters_get(&c1);
-	CHECK(c1.extent_gathers - c0.extent_gathers == 1 && c1.extent_maps == c0.extent_maps);
-	CHECK(sheaf_usable_size(g) == 1 << 20);
-	CHECK(g[4096] == 7 && g[327679] == 7 && g[327680] == 0 && g[(1 << 20) - 1] == 0);
+	CHECK(c1.extent_gathers - c0.extent_gathers == 1 && c1.extent_moves - c0.extent_moves == 1);
+	CHECK(c1.extent_maps == c0.extent_maps);
+	CHECK(sheaf_usable_size(g) == 4 << 20);
+	CHECK(g[4096] == 7 && g[1310719] == 7 && g[1310720] == 0 && g[(4 << 20) - 1] == 0);
+	sheaf_malloc_extent_cache_stat(&cnt, &bytes);
+	CHECKF(cnt == 0 && bytes == 0, "%zu cached, %zu bytes", cnt, bytes);
 	sheaf_free(g);
 	/* Bounded in bytes by the live extents' recent peak (and a quarter): 20 extents of
 	 * 4 MiB freed as a whole (which may merge where the kernel placed them side by

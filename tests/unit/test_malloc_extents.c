@@ -201,6 +201,44 @@ static void t_mappings_bounded(void)
 	sheaf_malloc_extent_cache_drain();
 }
 
+/* Many live blocks of random sizes just above the classes (64-256 KiB): the cache's
+ * extents are split for smaller requests, and until 2026-11-29 a request that none held
+ * alone was gathered from pieces of 64 KiB and more, each mremap making a mapping of its
+ * own: 300 live blocks left 8,400 mappings after 20,000 replacements, each of which took
+ * 30 us (tcmalloc: 0.06 us).  Pieces of a gather are now 1 MiB or more
+ * (XC_GATHER_PIECE_MIN, extent.c): the mappings stay flat.  Touched at both ends only:
+ * 75 MiB of address space, little memory. */
+static void t_mappings_small_blocks(void)
+{
+	enum {
+		SLOTS = 300,
+		ITERS = 20000
+	};
+	static char *s[SLOTS];
+	uint64_t rng = 11;
+	sheaf_malloc_extent_cache_drain();
+	int m0 = nmaps();
+	REQUIRE(m0 > 0);
+	for (int i = 0; i < ITERS; i++) {
+		uint64_t x = th_rand(&rng);
+		size_t n = (64u << 10) + 1 + (size_t)((x >> 16) % (192u << 10));
+		char *b = sheaf_malloc(n);
+		REQUIRE(b != NULL);
+		b[0] = b[n - 1] = 1;
+		unsigned int k = (unsigned int)(x % SLOTS);
+		sheaf_free(s[k]);
+		s[k] = b;
+	}
+	int d = nmaps() - m0;
+	printf("# mappings: %d more after %d replacements of 64-256 KiB blocks\n", d, ITERS);
+	CHECKF(d <= 200, "%d more mappings", d);
+	for (int i = 0; i < SLOTS; i++) {
+		sheaf_free(s[i]);
+		s[i] = NULL;
+	}
+	sheaf_malloc_extent_cache_drain();
+}
+
 /* The cache keeps a working set for reuse, not for ever: freed and left alone (no
  * further malloc call), it goes back to the OS after the delay, by the reaper thread's
  * ageing (1 s idle, checked every SHEAF_REAP_MS = 250 ms). */
@@ -274,6 +312,7 @@ int main(void)
 	RUN(t_rebuild);
 	RUN(t_gather);
 	RUN(t_mappings_bounded);
+	RUN(t_mappings_small_blocks);
 	RUN(t_idle_returns);
 	return th_done();
 }
