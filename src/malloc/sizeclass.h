@@ -10,7 +10,12 @@
  * ran 5-8x as long as with tcmalloc or mimalloc through the extent cache's
  * locks and bins (docs/benchmarks.md, eleventh session).  Their slabs hold one
  * object each (cache/create.c calculate_order), so a freed object's pages go
- * back with its slab, as an extent's would.
+ * back with its slab, as an extent's would.  They are not used (their sizes stay
+ * extents, as before) in per-thread mode, where every idle thread would keep two
+ * sheaves of each, or where address space is limited (a 40 KiB object takes a 64 KiB
+ * slab, an extent its own pages); calloc of more than 32 KiB stays an extent too (a
+ * fresh mapping is zero, where a class object is cleared page by page)
+ * (malloc.c big_classes_ok).
  *
  * Worst-case internal fragmentation: a request of n > 128 B gets a class of
  * less than 1.25 n (four steps per doubling: n just above 2^k gets
@@ -30,6 +35,10 @@
 #define SHEAF_SC_MAX       65536u /* largest class; larger requests are extents */
 #define SHEAF_SC_TABLE_MAX 1024u  /* sizes up to this use the byte table */
 #define SHEAF_SC_ALIGN_MAX 4096u  /* alignment passed to a class cache is capped here */
+/* The classes above 32 KiB ("big": 40, 48, 56 and 64 KiB, from index 41) are used only
+ * where malloc.c big_classes_ok() says so; otherwise their sizes are extents. */
+#define SHEAF_SC_BIG_ABOVE 32768u
+#define SHEAF_SC_BIG_FIRST 41u
 
 /* Byte size of each class. */
 extern const uint32_t sheaf_sc_size[SHEAF_SC_COUNT];

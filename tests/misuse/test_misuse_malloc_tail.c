@@ -37,6 +37,11 @@ static void test_tail(void)
 		char *p = sheaf_malloc(sheaf_sc_size[i]);
 		REQUIRE(p);
 		struct sheaf_cache *c = sheaf_cache_of(p);
+		if (!c && i >= SHEAF_SC_BIG_FIRST) {
+			/* Per-thread mode: the sizes above 32 KiB are extents (malloc.c). */
+			sheaf_free(p);
+			continue;
+		}
 		REQUIRE(c);
 		size_t slab = (size_t)c->slab_mask + 1;
 		size_t end = (size_t)c->objs_per_slab * c->slot_size;
