@@ -159,6 +159,33 @@ static void t_gather(void)
 	sheaf_malloc_extent_cache_drain();
 }
 
+/* @iters replacements of a random one of @slots blocks (@s, all NULL at the start) by a
+ * block of @lo + [0, @span) bytes written at both ends: mappings, not memory, are what
+ * the callers count.  Returns how many mappings the process has more than at the start,
+ * and in *@worst the most seen at every 2,000th replacement. */
+static int replace_blocks(char **s, unsigned int slots, int iters, uint64_t seed, size_t lo,
+			  size_t span, int *worst)
+{
+	uint64_t rng = seed;
+	int m0 = nmaps();
+	REQUIRE(m0 > 0);
+	for (int i = 0; i < iters; i++) {
+		uint64_t x = th_rand(&rng);
+		size_t n = lo + (size_t)((x >> 16) % span);
+		char *b = sheaf_malloc(n);
+		REQUIRE(b != NULL);
+		b[0] = b[n - 1] = 1;
+		unsigned int k = (unsigned int)(x % slots);
+		sheaf_free(s[k]);
+		s[k] = b;
+		if (i % 2000 == 1999) {
+			int d = nmaps() - m0;
+			*worst = d > *worst ? d : *worst;
+		}
+	}
+	return nmaps() - m0;
+}
+
 /* Gathering moves extents into mappings of their own, and moving part of a split one
  * cuts the kernel's mapping in two; the extents' mappings are bounded (XC_VMAS_MAX in
  * extent.c), so that a long run of replacements leaves the process's mapping count
@@ -171,26 +198,10 @@ static void t_mappings_bounded(void)
 		SLOTS = 8,
 		ITERS = 20000
 	};
-	char *s[SLOTS] = { 0 };
-	uint64_t rng = 7;
-	int worst = 0;
+	static char *s[SLOTS];
 	sheaf_malloc_extent_cache_drain();
-	int m0 = nmaps();
-	REQUIRE(m0 > 0);
-	for (int i = 0; i < ITERS; i++) {
-		uint64_t x = th_rand(&rng);
-		size_t n = (1u << 20) + (size_t)((x >> 16) % (7u << 20));
-		char *b = sheaf_malloc(n);
-		REQUIRE(b != NULL);
-		b[0] = b[n - 1] = 1;
-		unsigned int k = (unsigned int)(x % SLOTS);
-		sheaf_free(s[k]);
-		s[k] = b;
-		if (i % 2000 == 1999) {
-			int d = nmaps() - m0;
-			worst = d > worst ? d : worst;
-		}
-	}
+	int worst = 0;
+	(void)replace_blocks(s, SLOTS, ITERS, 7, 1u << 20, 7u << 20, &worst);
 	struct sheaf_malloc_counters c;
 	sheaf_malloc_counters_get(&c);
 	printf("# mappings: at most %d more over %d replacements (%llu gathers so far)\n", worst,
@@ -215,21 +226,9 @@ static void t_mappings_small_blocks(void)
 		ITERS = 20000
 	};
 	static char *s[SLOTS];
-	uint64_t rng = 11;
 	sheaf_malloc_extent_cache_drain();
-	int m0 = nmaps();
-	REQUIRE(m0 > 0);
-	for (int i = 0; i < ITERS; i++) {
-		uint64_t x = th_rand(&rng);
-		size_t n = (64u << 10) + 1 + (size_t)((x >> 16) % (192u << 10));
-		char *b = sheaf_malloc(n);
-		REQUIRE(b != NULL);
-		b[0] = b[n - 1] = 1;
-		unsigned int k = (unsigned int)(x % SLOTS);
-		sheaf_free(s[k]);
-		s[k] = b;
-	}
-	int d = nmaps() - m0;
+	int worst = 0;
+	int d = replace_blocks(s, SLOTS, ITERS, 11, (64u << 10) + 1, 192u << 10, &worst);
 	printf("# mappings: %d more after %d replacements of 64-256 KiB blocks\n", d, ITERS);
 	CHECKF(d <= 200, "%d more mappings", d);
 	for (int i = 0; i < SLOTS; i++) {
