@@ -382,35 +382,6 @@ static void *__attribute__((noinline)) no_class(size_t n, size_t align)
 	return NULL;
 }
 
-/* Whether the classes above 32 KiB (sizeclass.h) are used: not in per-thread mode, where
- * each idle thread keeps two sheaves of up to nine objects of each (an adversarial run
- * of 128 threads kept 240 MiB after malloc_trim, against 32 MiB with extents), nor
- * where address space is limited (RLIMIT_AS, RLIMIT_DATA): a 33 KiB block took a 64 KiB
- * slab there and a program under ulimit -v got half the bytes glibc gives it (an extent
- * takes its own pages).  Decided once, at the first such block after the core has
- * started (before, the mode is not known: such blocks are extents meanwhile); a class
- * made before a limit is set stays.  0: not decided, 1: used, 2: not. */
-static atomic_int big_classes_state;
-
-static bool big_classes_ok(void)
-{
-	int s = atomic_load_explicit(&big_classes_state, memory_order_relaxed);
-	if (likely(s))
-		return s == 1;
-	if (atomic_load_explicit(&sheaf_g.init_state, memory_order_acquire) != 2)
-		return false;
-	bool ok = sheaf_reg.mode == SHEAF_MODE_PERCPU && !malloc_address_space_limited();
-	atomic_store_explicit(&big_classes_state, ok ? 1 : 2, memory_order_relaxed);
-	return ok;
-}
-
-/* Sizes that are extents: above the classes, and above 32 KiB where the big classes
- * are not used. */
-static inline bool malloc_is_extent_size(size_t n)
-{
-	return n > SHEAF_SC_MAX || (n > SHEAF_SC_BIG_ABOVE && !big_classes_ok());
-}
-
 /* Slow path of sheaf_malloc_inline(): the class has no cache yet, or the
  * request is an extent. */
 void sheaf_malloc_reaper_start(void)
@@ -709,21 +680,30 @@ sheaf_noinline void *sheaf_malloc_class_miss(struct sheaf_cache *c)
 	 * site, which a debug cache records. */
 	const void *caller = __builtin_return_address(0);
 	int e = errno;
-	void *o = SHEAF_TRACK_ENABLED ? sheaf_cache_alloc(c) : sheaf_cache_alloc_caller(c, caller);
-	return sheaf_likely(o != NULL) ? o : sheaf_malloc_class_retry(c, e, caller);
+	void *o = NULL;
+	if (sheaf_likely(!malloc_big_class_spills(c)))
+		o = SHEAF_TRACK_ENABLED ? sheaf_cache_alloc(c) :
+					  sheaf_cache_alloc_caller(c, caller);
+	if (sheaf_likely(o != NULL)) {
+		/* A refill that failed part of the way still hands out an object, with
+		 * errno set by the part that failed: malloc keeps errno when it succeeds. */
+		errno = e;
+		return o;
+	}
+	return sheaf_malloc_class_retry(c, e, caller);
 }
 
 void *sheaf_malloc_class_retry(struct sheaf_cache *c, int e, const void *caller)
 {
 	void *o = NULL;
-	if (errno == ENOMEM && sheaf_malloc_reclaim())
+	if (c->object_size > SHEAF_SC_BIG_ABOVE) {
+		/* A big class's block as an extent instead, outside the heap window (full,
+		 * or half of it taken: bigclass.c), with no reclaim first: the extent
+		 * path reclaims when mapping fails (each such malloc trimmed every cache,
+		 * 15-37 us, until 2026-11-29's review). */
+		o = malloc_large_alloc(c->object_size, 0, false);
+	} else if (errno == ENOMEM && sheaf_malloc_reclaim()) {
 		o = sheaf_cache_alloc_caller(c, caller);
-	if (!o) {
-		/* A big class's block can be an extent instead, outside the heap window
-		 * (full: SHEAF_HEAP_GB, or address space short). */
-		int i = sheaf_malloc_class_of(c);
-		if (i >= (int)SHEAF_SC_BIG_FIRST)
-			o = malloc_large_alloc(sheaf_sc_size[i], 0, false);
 	}
 	errno = o ? e : ENOMEM;
 	return o;

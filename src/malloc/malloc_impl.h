@@ -98,6 +98,19 @@ bool malloc_address_space_limited(void);
 void malloc_extent_free(void *p, size_t len, unsigned int vmas);
 void malloc_extent_fork_register(void); /* ranks MALLOC_EXTENTS, then MALLOC_SHARD */
 
+/* bigclass.c: where the classes above 32 KiB are used. */
+/* The classes above 32 KiB are used (per-CPU mode, no limit of address space; decided
+ * once, after the core started). */
+bool malloc_big_classes_ok(void);
+/* Class @c is one of them and half the heap window is in slabs: its block is an extent. */
+bool malloc_big_class_spills(const struct sheaf_cache *c);
+/* Sizes that are extents: above the classes, and above 32 KiB where the classes above
+ * 32 KiB are not used. */
+static inline bool malloc_is_extent_size(size_t n)
+{
+	return n > SHEAF_SC_MAX || (n > SHEAF_SC_BIG_ABOVE && !malloc_big_classes_ok());
+}
+
 /* extent_alloc.c: large blocks. */
 /* A new extent of @n bytes aligned to @align (zeroed with @zero), from the cache or the
  * OS; NULL with errno set. */

@@ -126,8 +126,11 @@ static void t_calloc_fresh(void)
 }
 
 /* The heap window full (1 GiB here): blocks of a big class become extents instead of
- * failing.  24,000 x 40,000 B need 1.5 GiB of 64 KiB slabs; only their first bytes are
- * written (about 100 MiB resident). */
+ * failing, from half the window on (malloc.c big_class_spills), so that the small
+ * classes keep the rest: 100,000 blocks of 256 B still come after them (every one
+ * failed once the big blocks had filled the window).  24,000 x 40,000 B would need
+ * 1.5 GiB of 64 KiB slabs; only their first bytes are written (about 100 MiB
+ * resident).  And malloc keeps errno when it succeeds. */
 static void t_heap_full(void)
 {
 	enum {
@@ -135,16 +138,30 @@ static void t_heap_full(void)
 	};
 	static char *v[N];
 	int extents = 0;
+	int errno_changed = 0;
 	for (int i = 0; i < N; i++) {
+		errno = 777;
 		v[i] = sheaf_malloc(40000);
 		REQUIRE(v[i] != NULL);
+		errno_changed += errno != 777;
 		v[i][0] = (char)i;
 		extents += sheaf_malloc_cache_of(v[i]) == NULL;
 	}
 	printf("# %d blocks of 40,000 B with a 1 GiB heap window: %d of them extents\n", N,
 	       extents);
+	CHECK(errno_changed == 0);
 	if (per_cpu_mode())
 		CHECK(extents > 0 && extents < N);
+	enum {
+		S = 100000
+	};
+	static void *small[S];
+	int small_failed = 0;
+	for (int i = 0; i < S; i++)
+		small_failed += (small[i] = sheaf_malloc(256)) == NULL;
+	CHECKF(small_failed == 0, "%d of %d blocks of 256 B failed", small_failed, S);
+	for (int i = 0; i < S; i++)
+		sheaf_free(small[i]);
 	for (int i = 0; i < N; i++) {
 		CHECK(v[i][0] == (char)i && sheaf_usable_size(v[i]) == 40960);
 		sheaf_free(v[i]);
@@ -153,11 +170,28 @@ static void t_heap_full(void)
 	sheaf_malloc_trim();
 }
 
+/* A refill that gets part of what it asks for (the page heap fails after one slab)
+ * still hands out an object; malloc then keeps errno as it does on every success (the
+ * failed part set ENOMEM until 2026-11-29). */
+static void t_errno_partial_refill(void)
+{
+	sheaf_free(sheaf_malloc(4000)); /* the 4 KiB class exists */
+	sheaf_malloc_trim();            /* its sheaves are empty */
+	sheaf_os_inject_heap_failure(1);
+	errno = 777;
+	void *p = sheaf_malloc(4000);
+	int e = errno;
+	sheaf_os_inject_heap_failure(-1);
+	CHECKF(p != NULL && e == 777, "p %p errno %d", p, e);
+	sheaf_free(p);
+}
+
 int main(void)
 {
 	RUN(t_address_space_limited); /* first: the decision is made once a process */
 	RUN(t_class_or_extent);
 	RUN(t_calloc_fresh);
+	RUN(t_errno_partial_refill);
 	RUN(t_heap_full);
 	return th_done();
 }
