@@ -10,7 +10,8 @@
  *     malloc/malloc.h).  The page map finds the owning cache of any
  *     pointer in O(1), and a pointer whose cache is not one of
  *     ours is reported, never followed.
- *  2. Extents (> 64 KiB, or alignment > 4 KiB): page-aligned anonymous
+ *  2. Extents (> 64 KiB; > 32 KiB for calloc and where the classes above 32 KiB
+ *     are not used, bigclass.c; or alignment > 4 KiB): page-aligned anonymous
  *     mappings recorded in a sharded hash table keyed by address (no header,
  *     so a foreign pointer is never dereferenced).  Freed extents wait in a
  *     cache (64-512 MiB, in size bins; best fit, split and merged, or

@@ -15,7 +15,7 @@
  * sheaves of each, or where address space is limited (a 40 KiB object takes a 64 KiB
  * slab, an extent its own pages); calloc of more than 32 KiB stays an extent too (a
  * fresh mapping is zero, where a class object is cleared page by page)
- * (malloc.c big_classes_ok).
+ * (bigclass.c), nor once half the heap window is in slabs.
  *
  * Worst-case internal fragmentation: a request of n > 128 B gets a class of
  * less than 1.25 n (four steps per doubling: n just above 2^k gets
@@ -36,7 +36,7 @@
 #define SHEAF_SC_TABLE_MAX 1024u  /* sizes up to this use the byte table */
 #define SHEAF_SC_ALIGN_MAX 4096u  /* alignment passed to a class cache is capped here */
 /* The classes above 32 KiB ("big": 40, 48, 56 and 64 KiB, from index 41) are used only
- * where malloc.c big_classes_ok() says so; otherwise their sizes are extents. */
+ * where bigclass.c says so; otherwise their sizes are extents. */
 #define SHEAF_SC_BIG_ABOVE 32768u
 #define SHEAF_SC_BIG_FIRST 41u
 
