@@ -39,6 +39,5 @@ bool malloc_big_classes_ok(void)
  * sizes never took heap space). */
 bool malloc_big_class_spills(const struct sheaf_cache *c)
 {
-	return c->object_size > SHEAF_SC_BIG_ABOVE &&
-	       sheaf_rd(sheaf_heap.mapped_bytes) >= sheaf_heap.cap / 2;
+	return malloc_is_big_class(c) && sheaf_rd(sheaf_heap.mapped_bytes) >= sheaf_heap.cap / 2;
 }

@@ -697,7 +697,7 @@ sheaf_noinline void *sheaf_malloc_class_miss(struct sheaf_cache *c)
 void *sheaf_malloc_class_retry(struct sheaf_cache *c, int e, const void *caller)
 {
 	void *o = NULL;
-	if (c->object_size > SHEAF_SC_BIG_ABOVE) {
+	if (malloc_is_big_class(c)) {
 		/* A big class's block as an extent instead, outside the heap window (full,
 		 * or half of it taken: bigclass.c), with no reclaim first: the extent
 		 * path reclaims when mapping fails (each such malloc trimmed every cache,

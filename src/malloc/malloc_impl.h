@@ -102,6 +102,11 @@ void malloc_extent_fork_register(void); /* ranks MALLOC_EXTENTS, then MALLOC_SHA
 /* The classes above 32 KiB are used (per-CPU mode, no limit of address space; decided
  * once, after the core started). */
 bool malloc_big_classes_ok(void);
+/* Class cache @c is one of the classes above 32 KiB. */
+static inline bool malloc_is_big_class(const struct sheaf_cache *c)
+{
+	return c->object_size > SHEAF_SC_BIG_ABOVE;
+}
 /* Class @c is one of them and half the heap window is in slabs: its block is an extent. */
 bool malloc_big_class_spills(const struct sheaf_cache *c);
 /* Sizes that are extents: above the classes, and above 32 KiB where the classes above

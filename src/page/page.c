@@ -48,9 +48,8 @@
  * So memory left unused for a whole epoch is given back at its end, within the decay
  * time (the largest runs go, not the oldest).  The epoch is checked on every page
  * allocation and free and by the reaper's rounds, so an idle program purges too.  A
- * bound keeps a burst from holding
- * its pages for the decay time: above max(64 MiB, the pages in use) dirty, half of that
- * is kept.  Shrink purges everything at once, so RSS returns to its starting point
+ * bound keeps a burst from holding its pages for the decay time: above max(64 MiB, the
+ * pages in use) dirty, half of that is kept.  Shrink purges everything at once, so RSS returns to its starting point
  * (issue: 1 GiB burst test).
  *
  * Locking: sheaf_heap.lock protects the free lists, the block stack, the growth and the

@@ -28,8 +28,8 @@
  * object's second word (it never sees it); the mark is not a secret and guards against
  * mistakes, not an adversary (docs/debugging.md): a read after free can see it.  Plain
  * caches keep the mark in the object's second word (every slot is at least 16 bytes);
- * caches whose free objects must keep their bytes (a
- * constructor, SHEAF_TYPESAFE_BY_RCU) keep it in a word past the object.
+ * caches whose free objects must keep their bytes (a constructor,
+ * SHEAF_TYPESAFE_BY_RCU) keep it in a word past the object.
  */
 #ifndef SHEAF_SLAB_FREECHECK_H
 #define SHEAF_SLAB_FREECHECK_H

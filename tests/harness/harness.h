@@ -169,7 +169,6 @@ static inline uint64_t th_rand(uint64_t *s)
 	return x * 0x2545F4914F6CDD1DULL;
 }
 
-/* Resident set size of this process in bytes (from /proc/self/statm). */
 /* Threads of this process whose name (comm) starts with @prefix; -1 if /proc is not
  * readable. */
 static inline int th_threads_named(const char *prefix)
@@ -193,16 +192,30 @@ static inline int th_threads_named(const char *prefix)
 	return n;
 }
 
-static inline size_t th_rss(void)
+/* Address space (@field 0) or resident set (1) of this process in bytes, from
+ * /proc/self/statm; 0 if it cannot be read. */
+static inline size_t th_statm(int field)
 {
 	FILE *f = fopen("/proc/self/statm", "r");
 	unsigned long size = 0, res = 0;
 	if (f) {
 		if (fscanf(f, "%lu %lu", &size, &res) != 2)
-			res = 0;
+			size = res = 0;
 		fclose(f);
 	}
-	return res * (size_t)sysconf(_SC_PAGESIZE);
+	return (field ? res : size) * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Resident set size of this process in bytes. */
+static inline size_t th_rss(void)
+{
+	return th_statm(1);
+}
+
+/* Address space of this process in bytes (what RLIMIT_AS counts). */
+static inline size_t th_vm_size(void)
+{
+	return th_statm(0);
 }
 
 #endif /* SHEAF_HARNESS_H */

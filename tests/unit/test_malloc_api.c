@@ -818,12 +818,10 @@ static void rlimit_child(void *arg)
 	sheaf_malloc_extent_cache_stat(&cnt, &bytes);
 	if (bytes != (64u << 20))
 		_exit(3);
-	FILE *f = fopen("/proc/self/statm", "r");
-	unsigned long pages = 0;
-	if (!f || fscanf(f, "%lu", &pages) != 1)
+	size_t vm = th_vm_size();
+	if (!vm)
 		_exit(4);
-	fclose(f);
-	struct rlimit rl = { (rlim_t)pages * 4096 + (16u << 20), RLIM_INFINITY };
+	struct rlimit rl = { (rlim_t)vm + (16u << 20), RLIM_INFINITY };
 	if (setrlimit(RLIMIT_AS, &rl))
 		_exit(5);
 	void *p = sheaf_malloc(48u << 20); /* 16 MiB of headroom: only with the cache back */

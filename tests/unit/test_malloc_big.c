@@ -12,19 +12,6 @@
 #include "harness.h"
 #include "malloc/malloc.h"
 
-/* Resident KiB of this process. */
-static long rss_kib(void)
-{
-	FILE *f = fopen("/proc/self/statm", "r");
-	long size = 0, res = 0;
-	if (f) {
-		if (fscanf(f, "%ld %ld", &size, &res) != 2)
-			res = 0;
-		fclose(f);
-	}
-	return res * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
 static bool per_cpu_mode(void)
 {
 	return sheaf_reg.mode == SHEAF_MODE_PERCPU;
@@ -62,15 +49,11 @@ static void limited_child(void *arg)
 	sheaf_free(sheaf_malloc(16));
 	/* The address space in use (terabytes under ASan and TSan, whose shadow it
 	 * counts) and 4 GiB more: far above what the test uses, but a limit. */
-	FILE *f = fopen("/proc/self/statm", "r");
-	unsigned long pages = 0;
-	if (!f || fscanf(f, "%lu", &pages) != 1)
-		_exit(3);
-	fclose(f);
+	size_t vm = th_vm_size();
 	struct rlimit r;
-	if (getrlimit(RLIMIT_AS, &r) != 0)
+	if (!vm || getrlimit(RLIMIT_AS, &r) != 0)
 		_exit(3);
-	r.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)4 << 30);
+	r.rlim_cur = (rlim_t)vm + ((rlim_t)4 << 30);
 	if (r.rlim_max != RLIM_INFINITY && r.rlim_cur > r.rlim_max)
 		r.rlim_cur = r.rlim_max;
 	if (setrlimit(RLIMIT_AS, &r) != 0)
@@ -99,12 +82,12 @@ static void t_calloc_fresh(void)
 	};
 	static unsigned char *v[N];
 	sheaf_malloc_extent_cache_drain();
-	long r0 = rss_kib();
+	long r0 = (long)(th_rss() >> 10);
 	for (int i = 0; i < N; i++) {
 		REQUIRE((v[i] = sheaf_calloc(1, 60000)) != NULL);
 		v[i][0] = 1;
 	}
-	long grew = rss_kib() - r0;
+	long grew = (long)(th_rss() >> 10) - r0;
 	printf("# %d x calloc(1, 60000), one byte written: %ld KiB more resident\n", N, grew);
 	CHECKF(grew < 40 * 1024, "%ld KiB", grew);
 	for (int i = 0; i < N; i++) {
