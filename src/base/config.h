@@ -119,6 +119,13 @@ static inline bool sheaf_u64_below(uint64_t x, const uint64_t *m)
  * bytes of objects, but never more than SHEAF_SHEAF_FLOOR_MAX objects from the floor. */
 #define SHEAF_SHEAF_MIN_BYTES (32u << 10)
 #define SHEAF_SHEAF_FLOOR_MAX 120u
+/* D6 refill by demand (percpu/sheaf.c refill_budget): a refill of a CPU's main from slabs
+ * more than SHEAF_REFILL_QUIET_NS after that CPU's previous one takes at most
+ * SHEAF_REFILL_QUIET_BYTES of objects (at least one) when the whole sheaf would hold more
+ * than SHEAF_SHEAF_MIN_BYTES (the D1 floor: objects of 512 B and more with the default
+ * capacities); a sooner one, or a smaller sheaf, is filled. */
+#define SHEAF_REFILL_QUIET_BYTES (16u << 10)
+#define SHEAF_REFILL_QUIET_NS    1000000ull /* 1 ms */
 /* K§2.7: flush batch. */
 #define SHEAF_PCS_BATCH 32
 

@@ -388,6 +388,7 @@ static void cache_policy_init(struct sheaf_cache_policy *p, bool kernel_compat)
 		.per_cache_rcu_barrier = sheaf,
 		.barn_limits_in_bytes = sheaf,
 		.barn_trim = sheaf,
+		.refill_by_demand = sheaf,
 	};
 }
 

@@ -50,10 +50,11 @@ void sheaf_sheaf_flush(struct sheaf_cache *c, struct sheaf_sheaf *s, uint64_t *s
 	sheaf_slab_free_bulk(c, s->objects, n);
 }
 
-unsigned sheaf_sheaf_refill(struct sheaf_cache *c, struct sheaf_node *n, struct sheaf_sheaf *s,
-			    uint64_t *stat)
+/* Refill @s from @n's slabs with at most @max objects (at least one). */
+static unsigned sheaf_refill_upto(struct sheaf_cache *c, struct sheaf_node *n,
+				  struct sheaf_sheaf *s, uint64_t *stat, uint32_t max)
 {
-	uint32_t want = s->capacity - s->size;
+	uint32_t want = SHEAF_MIN(s->capacity - s->size, max);
 	if (!want)
 		return 0;
 	unsigned got = sheaf_slab_refill(c, n, s->objects + s->size, want, want);
@@ -64,6 +65,12 @@ unsigned sheaf_sheaf_refill(struct sheaf_cache *c, struct sheaf_node *n, struct 
 	else
 		sheaf_stat_atomic(c, SHEAF_STAT_SHEAF_REFILL, got);
 	return got;
+}
+
+unsigned sheaf_sheaf_refill(struct sheaf_cache *c, struct sheaf_node *n, struct sheaf_sheaf *s,
+			    uint64_t *stat)
+{
+	return sheaf_refill_upto(c, n, s, stat, UINT32_MAX);
 }
 
 /* ---- Statistics harvest (design §8) ------------------------------------------------- */
@@ -265,6 +272,29 @@ static struct sheaf_sheaf *barn_full_for_main(struct sheaf_cache *c, struct shea
 	return full;
 }
 
+/* D6, refill by demand: how many objects a refill of main from slabs may take.  A
+ * refill that follows this CPU's previous one of the cache within
+ * SHEAF_REFILL_QUIET_NS fills the whole sheaf, as the kernel's always does (K§2.2 step
+ * 3): the CPU is using the class.  One after a quiet spell (or the first) takes at most
+ * SHEAF_REFILL_QUIET_BYTES of objects.  A class the program uses now and then, a block of
+ * 8 KiB here and there, then puts one or two objects into circulation instead of a
+ * sheaf's worth (9 of 24 KiB, 216 KiB): each object a sheaf holds is, sooner or later,
+ * handed out, written and resident.  The malloc shape `thread` (random sizes of 4 B to
+ * 32 KiB, two threads) peaked at 1,932-2,076 KiB with whole refills, 1,188-1,316 with
+ * this (mimalloc 1,364-1,428), in the same time (docs/benchmarks.md, 2026-11-29). */
+static uint32_t refill_budget(struct sheaf_cache *c, struct sheaf_pcs *pcs)
+{
+	if (!c->policy.refill_by_demand)
+		return UINT32_MAX;
+	uint64_t now = sheaf_os_now_ns(), last = pcs->last_refill_ns;
+	pcs->last_refill_ns = now;
+	if ((last && now - last < SHEAF_REFILL_QUIET_NS) ||
+	    (uint64_t)cur_capacity(c) * c->slot_size <= SHEAF_SHEAF_MIN_BYTES)
+		return UINT32_MAX;
+	uint32_t n = (uint32_t)(SHEAF_REFILL_QUIET_BYTES / c->slot_size);
+	return n ? n : 1;
+}
+
 /* Step 3 of replace-empty: refill main from slabs (D4: always allowed; the caller can
  * spin), first replacing a sentinel or stale-capacity main by an empty sheaf. */
 static bool refill_main(struct sheaf_cache *c, struct sheaf_pcs *pcs, struct sheaf_barn *b)
@@ -279,7 +309,8 @@ static bool refill_main(struct sheaf_cache *c, struct sheaf_pcs *pcs, struct she
 		install_main(pcs, e);
 		m = e;
 	}
-	return sheaf_sheaf_refill(c, sheaf_pcs_mem_node(c, pcs), m, pcs->stat) > 0;
+	return sheaf_refill_upto(c, sheaf_pcs_mem_node(c, pcs), m, pcs->stat,
+				 refill_budget(c, pcs)) > 0;
 }
 
 static bool replace_empty(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool refill)

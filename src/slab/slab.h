@@ -97,6 +97,9 @@ struct sheaf_cache_policy {
 	bool per_cache_rcu_barrier;      /* D5 (7.0: the global rcu_barrier) */
 	bool barn_limits_in_bytes;       /* D6: barn limits sized in bytes (7.0: 10 + 10) */
 	bool barn_trim;                  /* D6: barns trimmed to their working set */
+	bool refill_by_demand;           /* D6: a refill after a quiet spell takes at most
+					    SHEAF_REFILL_QUIET_BYTES of objects (7.0: the
+					    whole sheaf, always) */
 };
 /* Every field a fast path reads of a key with no test first lies inside sheaf_page_none
  * (page.h "Keys"). */

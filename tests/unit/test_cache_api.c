@@ -299,6 +299,81 @@ static void test_thread_exit(void)
 	sheaf_cache_destroy(tx_cache);
 }
 
+/* D6, refill by demand (percpu/sheaf.c refill_budget): the first refill of a CPU's main
+ * from slabs, or one after a quiet spell, takes 16 KiB of objects when the whole sheaf
+ * would hold more than 32 KiB; a refill soon after the previous one fills the sheaf; a
+ * small sheaf, and a SHEAF_KERNEL_COMPAT cache, are always filled. */
+static uint64_t refilled(struct sheaf_cache *c)
+{
+	struct sheaf_stats st;
+	stats(c, &st);
+	return st.events[SHEAF_STAT_SHEAF_REFILL];
+}
+
+static void test_refill_by_demand(void)
+{
+	enum {
+		SZ = 2048,
+		N = 64
+	};
+	static void *v[N];
+	bool whole = false;
+	for (int attempt = 0; attempt < 5 && !whole; attempt++) {
+		struct sheaf_cache *c = sheaf_cache_create("demand-2k", SZ, NULL);
+		REQUIRE(c);
+		struct sheaf_stats st;
+		stats(c, &st);
+		if (st.sheaf_capacity * st.slot_size <= 32768) {
+			printf("# skipped: a sheaf of %llu x %llu B is not above 32 KiB\n",
+			       (unsigned long long)st.sheaf_capacity,
+			       (unsigned long long)st.slot_size);
+			sheaf_cache_destroy(c);
+			return;
+		}
+		uint64_t cap = st.sheaf_capacity, part = 16384 / st.slot_size;
+		REQUIRE((v[0] = sheaf_cache_alloc(c)) != NULL);
+		CHECKF(refilled(c) == part, "first refill %llu objects, expected %llu",
+		       (unsigned long long)refilled(c), (unsigned long long)part);
+		/* Empty main, then one more: a second refill right after the first. */
+		int n = 1;
+		while (n < N && refilled(c) == part)
+			REQUIRE((v[n++] = sheaf_cache_alloc(c)) != NULL);
+		uint64_t second = refilled(c) - part;
+		/* Preempted for a millisecond, or moved to a CPU without sheaves yet, the
+		 * second refill is a quiet one again: try anew. */
+		whole = second == cap;
+		if (!whole)
+			printf("# attempt %d: second refill %llu (capacity %llu)\n", attempt,
+			       (unsigned long long)second, (unsigned long long)cap);
+		CHECK(second == cap || second == part);
+		while (n--)
+			sheaf_cache_free(c, v[n]);
+		sheaf_cache_destroy(c);
+	}
+	CHECK(whole);
+
+	/* A small sheaf (256 B objects: 121 x 256 B) is filled on its first refill. */
+	struct sheaf_cache *small = sheaf_cache_create("demand-256", 256, NULL);
+	REQUIRE(small);
+	struct sheaf_stats st;
+	stats(small, &st);
+	REQUIRE((v[0] = sheaf_cache_alloc(small)) != NULL);
+	if (st.sheaf_capacity * st.slot_size <= 32768)
+		CHECK(refilled(small) == st.sheaf_capacity);
+	sheaf_cache_free(small, v[0]);
+	sheaf_cache_destroy(small);
+
+	/* Linux 7.0 fills the sheaf on every refill (K§2.2 step 3). */
+	struct sheaf_cache_args k7 = { .flags = SHEAF_KERNEL_COMPAT };
+	struct sheaf_cache *kc = sheaf_cache_create("demand-k7", SZ, &k7);
+	REQUIRE(kc);
+	stats(kc, &st);
+	REQUIRE((v[0] = sheaf_cache_alloc(kc)) != NULL);
+	CHECK(refilled(kc) == st.sheaf_capacity);
+	sheaf_cache_free(kc, v[0]);
+	sheaf_cache_destroy(kc);
+}
+
 int main(void)
 {
 	/* Before the first cache no mode is chosen (it said per-thread, 2026-11-29). */
@@ -307,6 +382,7 @@ int main(void)
 	RUN(test_bulk);
 	RUN(test_prefill);
 	RUN(test_refill_partial);
+	RUN(test_refill_by_demand);
 	RUN(test_stats_output);
 	RUN(test_thread_exit);
 	return th_done();
