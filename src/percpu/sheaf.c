@@ -272,16 +272,19 @@ static struct sheaf_sheaf *barn_full_for_main(struct sheaf_cache *c, struct shea
 	return full;
 }
 
-/* D6, refill by demand: how many objects a refill of main from slabs may take.  A
- * refill that follows this CPU's previous one of the cache within
+/* D6, refill by demand (docs/design.md): how many objects a refill of main from slabs
+ * may take.  A refill that follows this CPU's previous one of the cache within
  * SHEAF_REFILL_QUIET_NS fills the whole sheaf, as the kernel's always does (K§2.2 step
  * 3): the CPU is using the class.  One after a quiet spell (or the first) takes at most
- * SHEAF_REFILL_QUIET_BYTES of objects.  A class the program uses now and then, a block of
- * 8 KiB here and there, then puts one or two objects into circulation instead of a
- * sheaf's worth (9 of 24 KiB, 216 KiB): each object a sheaf holds is, sooner or later,
- * handed out, written and resident.  The malloc shape `thread` (random sizes of 4 B to
- * 32 KiB, two threads) peaked at 1,932-2,076 KiB with whole refills, 1,188-1,316 with
- * this (mimalloc 1,364-1,428), in the same time (docs/benchmarks.md, 2026-11-29). */
+ * SHEAF_REFILL_QUIET_BYTES of objects, where the whole sheaf would hold more than the D1
+ * floor.  A class the program uses now and then, a block of 8 KiB here and there, then
+ * puts one or two objects into circulation instead of a sheaf's worth (9 of 24 KiB, 216
+ * KiB): each object a sheaf holds is, sooner or later, handed out, written and resident.
+ * Sheaves within the floor are always filled: a batch larger than a part refill (100
+ * objects of 256 B, refilled 64 at a time) settled into a swap of main and spare on every
+ * batch, 1.12x the time.  The malloc shape `thread` (random sizes of 4 B to 32 KiB, two
+ * threads) peaked at 1,992-2,132 KiB with whole refills and 1,316-1,456 with this
+ * (mimalloc 1,300), in the same time (docs/benchmarks.md, 2026-11-29). */
 static uint32_t refill_budget(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 {
 	if (!c->policy.refill_by_demand)
