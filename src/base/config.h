@@ -123,7 +123,8 @@ static inline bool sheaf_u64_below(uint64_t x, const uint64_t *m)
  * more than SHEAF_REFILL_QUIET_NS after that CPU's previous one takes at most
  * SHEAF_REFILL_QUIET_BYTES of objects (at least one) when the whole sheaf would hold more
  * than SHEAF_SHEAF_MIN_BYTES (the D1 floor: objects of 512 B and more with the default
- * capacities); a sooner one, or a smaller sheaf, is filled. */
+ * capacities); a sooner one fills the sheaf (after a part refill, up to one sheaf taken in
+ * all), and a smaller sheaf, or a capacity the caller chose, is always filled. */
 #define SHEAF_REFILL_QUIET_BYTES (16u << 10)
 #define SHEAF_REFILL_QUIET_NS    1000000ull /* 1 ms */
 /* K§2.7: flush batch. */

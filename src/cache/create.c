@@ -541,9 +541,10 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size,
 	c->free_p2_mask = c->free_mark == SHEAF_MARK_WORD1_P2 ? c->start_mask : UINTPTR_MAX;
 	c->capacity_default = cap;
 	atomic_store(&c->sheaf_capacity, cap);
-	capacity_ladder_init(c, cap,
-			     !(args && args->sheaf_capacity) &&
-				     sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY) <= 0);
+	bool own_capacity = !(args && args->sheaf_capacity) &&
+			    sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY) <= 0;
+	capacity_ladder_init(c, cap, own_capacity);
+	atomic_store(&c->refill_demand, own_capacity && c->policy.refill_by_demand);
 	if (!cache_nodes_init(c, cap)) {
 		cache_struct_unmap(c);
 		return NULL;
@@ -657,6 +658,7 @@ SHEAF_API int sheaf_cache_set_capacity(struct sheaf_cache *c, unsigned int capac
 	if (!cache_capacity_ok(c, capacity) || c->capacity_default == 0)
 		return -EINVAL;
 	atomic_store(&c->capacity_adaptive, false); /* the caller's choice stays */
+	atomic_store(&c->refill_demand, false);     /* and its sheaves are filled */
 	atomic_store(&c->sheaf_capacity, capacity);
 	return 0;
 }

@@ -33,7 +33,9 @@ struct sheaf_pcs {
 	atomic_int flush_req;         /* per-thread mode: shrink asked the owner to flush */
 	uint32_t cached;              /* gauge: objects in main+spare at last unlock (racy) */
 	uint64_t last_refill_ns;      /* D6: when main was last refilled from slabs
-					 (sheaf.c refill_main); protected by the pcs lock */
+					 (sheaf.c refill_budget); protected by the pcs lock */
+	uint32_t refill_part;         /* D6: objects of a part refill not yet followed by
+					 a quick one (0: none); protected by the pcs lock */
 	pthread_mutex_t rcu_lock;     /* protects rcu_free: free_rcu (owner) against barriers */
 	uint64_t stat[SHEAF_STAT_NR]; /* written by the owner/lock holder, read racily */
 };

@@ -273,29 +273,38 @@ static struct sheaf_sheaf *barn_full_for_main(struct sheaf_cache *c, struct shea
 }
 
 /* D6, refill by demand (docs/design.md): how many objects a refill of main from slabs
- * may take.  A refill that follows this CPU's previous one of the cache within
- * SHEAF_REFILL_QUIET_NS fills the whole sheaf, as the kernel's always does (K§2.2 step
- * 3): the CPU is using the class.  One after a quiet spell (or the first) takes at most
- * SHEAF_REFILL_QUIET_BYTES of objects, where the whole sheaf would hold more than the D1
- * floor.  A class the program uses now and then, a block of 8 KiB here and there, then
- * puts one or two objects into circulation instead of a sheaf's worth (9 of 24 KiB, 216
- * KiB): each object a sheaf holds is, sooner or later, handed out, written and resident.
- * Sheaves within the floor are always filled: a batch larger than a part refill (100
- * objects of 256 B, refilled 64 at a time) settled into a swap of main and spare on every
- * batch, 1.12x the time.  The malloc shape `thread` (random sizes of 4 B to 32 KiB, two
- * threads) peaked at 1,992-2,132 KiB with whole refills and 1,316-1,456 with this
- * (mimalloc 1,300), in the same time (docs/benchmarks.md, 2026-11-29). */
+ * may take.  A CPU's first refill of the cache, or one more than SHEAF_REFILL_QUIET_NS
+ * after its previous one, takes SHEAF_REFILL_QUIET_BYTES of objects where the whole sheaf
+ * would hold more than the D1 floor.  A class the program uses now and then, a block of
+ * 8 KiB here and there, then puts one or two objects into circulation instead of a
+ * sheaf's worth (9 of 24 KiB, 216 KiB): each object a sheaf holds is, sooner or later,
+ * handed out, written and resident.  A refill sooner than that means the CPU is using the
+ * class: it fills the sheaf, as the kernel's always does (K§2.2 step 3), but after a part
+ * refill only up to one sheaf's worth taken in all (capacity - part).  Taking a whole
+ * sheaf on top of the part left batches between the two sizes (20 objects of 1 KiB, a
+ * capacity of 41) with part + capacity objects, more than a sheaf holds, so that main
+ * and spare were swapped twice a batch for as long as the loop ran (adversarial review,
+ * 2026-11-29: 1.5x the time).  Sheaves within the floor are always filled: a batch larger
+ * than a part refill of them (100 objects of 256 B) would swap the same way.  Not for a
+ * capacity the caller chose (c->refill_demand).  The malloc shape `thread` (random sizes
+ * of 4 B to 32 KiB, two threads) peaked at 1,992-2,132 KiB with whole refills and about
+ * 1,300-1,450 with this (mimalloc 1,300), in the same time (docs/benchmarks.md). */
 static uint32_t refill_budget(struct sheaf_cache *c, struct sheaf_pcs *pcs)
 {
-	if (!c->policy.refill_by_demand)
+	if (!atomic_load_explicit(&c->refill_demand, memory_order_relaxed))
+		return UINT32_MAX;
+	uint32_t cap = cur_capacity(c);
+	if ((uint64_t)cap * c->slot_size <= SHEAF_SHEAF_MIN_BYTES)
 		return UINT32_MAX;
 	uint64_t now = sheaf_os_now_ns(), last = pcs->last_refill_ns;
+	uint32_t part = pcs->refill_part;
 	pcs->last_refill_ns = now;
-	if ((last && now - last < SHEAF_REFILL_QUIET_NS) ||
-	    (uint64_t)cur_capacity(c) * c->slot_size <= SHEAF_SHEAF_MIN_BYTES)
-		return UINT32_MAX;
+	pcs->refill_part = 0;
+	if (last && now - last < SHEAF_REFILL_QUIET_NS)
+		return part && part < cap ? cap - part : UINT32_MAX;
 	uint32_t n = (uint32_t)(SHEAF_REFILL_QUIET_BYTES / c->slot_size);
-	return n ? n : 1;
+	pcs->refill_part = n ? n : 1;
+	return pcs->refill_part;
 }
 
 /* Step 3 of replace-empty: refill main from slabs (D4: always allowed; the caller can

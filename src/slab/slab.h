@@ -168,6 +168,11 @@ struct sheaf_cache {
 	 * call larger than a sheaf (cache/create.c).  Set at creation; capacity_adaptive
 	 * is cleared by sheaf_cache_set_capacity (the caller's choice wins). */
 	atomic_bool capacity_adaptive;
+	/* D6 refill by demand in force (percpu/sheaf.c refill_budget): the policy's, for a
+	 * capacity the cache chose itself; cleared with capacity_adaptive by
+	 * sheaf_cache_set_capacity, and never set for a capacity given at creation or by
+	 * SHEAF_SHEAF_CAPACITY (the caller's sheaves are filled as they asked). */
+	atomic_bool refill_demand;
 	atomic_uint capacity_step;
 	uint32_t capacity_steps;
 	uint32_t capacity_steps_rate;

@@ -5,6 +5,7 @@
 
 #include <sheaf.h>
 #include <sheaf_stats.h>
+#include <time.h>
 
 static void stats(struct sheaf_cache *c, struct sheaf_stats *st)
 {
@@ -299,83 +300,101 @@ static void test_thread_exit(void)
 	sheaf_cache_destroy(tx_cache);
 }
 
-/* D6, refill by demand (percpu/sheaf.c refill_budget): the first refill of a CPU's main
- * from slabs, or one after a quiet spell, takes 16 KiB of objects when the whole sheaf
- * would hold more than 32 KiB; a refill soon after the previous one fills the sheaf; a
- * small sheaf, and a SHEAF_KERNEL_COMPAT cache, are always filled. */
-static uint64_t refilled(struct sheaf_cache *c)
+/* D6, refill by demand (percpu/sheaf.c refill_budget): a CPU's first refill of main from
+ * slabs, or one after a quiet spell of 1 ms, takes 16 KiB of objects when the whole sheaf
+ * would hold more than 32 KiB; a refill soon after a part refill brings what was taken to
+ * one sheaf (capacity - part); a small sheaf, a SHEAF_KERNEL_COMPAT cache and a capacity
+ * the caller chose are always filled. */
+static uint64_t stat_event(struct sheaf_cache *c, enum sheaf_stat_item it)
 {
 	struct sheaf_stats st;
 	stats(c, &st);
+	return st.events[it];
+}
+
+/* One attempt on a new 2-KiB cache; true when no preemption or migration got in the way.
+ * @v holds at least capacity + 1 pointers. */
+static bool refill_demand_attempt(int attempt, void **v, size_t nv)
+{
+	struct sheaf_cache *c = sheaf_cache_create("demand-2k", 2048, NULL);
+	REQUIRE(c);
+	struct sheaf_stats st;
+	stats(c, &st);
+	uint64_t cap = st.sheaf_capacity, part = 16384 / st.slot_size;
+	REQUIRE(cap * st.slot_size > 32768 && part < cap && cap + 1 <= nv);
+	/* The first allocation refills @part; @part more empty main and refill it at once,
+	 * with no statistics call in between (one locks every CPU). */
+	size_t n = 0;
+	while (n < part + 1)
+		REQUIRE((v[n++] = sheaf_cache_alloc(c)) != NULL);
+	uint64_t refills = stat_event(c, SHEAF_STAT_BARN_GET_FAIL); /* one per refill */
+	uint64_t objs = stat_event(c, SHEAF_STAT_SHEAF_REFILL);
+	/* Whole refills would have made one refill of @cap. */
+	CHECKF(refills >= 2, "%llu refills for %zu allocations (capacity %llu): not in part",
+	       (unsigned long long)refills, n, (unsigned long long)cap);
+	bool clean = refills == 2 && objs == cap;
+	/* Then a quiet spell: main emptied again refills @part. */
+	struct timespec ms2 = { 0, 2000000 };
+	nanosleep(&ms2, NULL);
+	while (n < cap + 1)
+		REQUIRE((v[n++] = sheaf_cache_alloc(c)) != NULL);
+	uint64_t objs2 = stat_event(c, SHEAF_STAT_SHEAF_REFILL);
+	uint64_t refills2 = stat_event(c, SHEAF_STAT_BARN_GET_FAIL);
+	clean = clean && refills2 == 3 && objs2 == cap + part;
+	if (!clean)
+		printf("# attempt %d: refills %llu then %llu, objects %llu then %llu "
+		       "(capacity %llu, part %llu)\n",
+		       attempt, (unsigned long long)refills, (unsigned long long)refills2,
+		       (unsigned long long)objs, (unsigned long long)objs2, (unsigned long long)cap,
+		       (unsigned long long)part);
+	while (n--)
+		sheaf_cache_free(c, v[n]);
+	sheaf_cache_destroy(c);
+	return clean;
+}
+
+/* Objects the first refill of a new cache of @size bytes takes (@args may be NULL). */
+static uint64_t first_refill(const char *name, size_t size, const struct sheaf_cache_args *args,
+			     uint64_t *cap)
+{
+	struct sheaf_cache *c = sheaf_cache_create(name, size, args);
+	REQUIRE(c);
+	void *o = sheaf_cache_alloc(c);
+	REQUIRE(o != NULL);
+	struct sheaf_stats st;
+	stats(c, &st);
+	*cap = st.sheaf_capacity;
+	sheaf_cache_free(c, o);
+	sheaf_cache_destroy(c);
 	return st.events[SHEAF_STAT_SHEAF_REFILL];
 }
 
 static void test_refill_by_demand(void)
 {
-	enum {
-		SZ = 2048,
-		N = 64
-	};
-	static void *v[N];
-	bool whole = false;
-	for (int attempt = 0; attempt < 5 && !whole; attempt++) {
-		struct sheaf_cache *c = sheaf_cache_create("demand-2k", SZ, NULL);
-		REQUIRE(c);
-		struct sheaf_stats st;
-		stats(c, &st);
-		if (st.sheaf_capacity * st.slot_size <= 32768) {
-			printf("# skipped: a sheaf of %llu x %llu B is not above 32 KiB\n",
-			       (unsigned long long)st.sheaf_capacity,
-			       (unsigned long long)st.slot_size);
-			sheaf_cache_destroy(c);
-			return;
-		}
-		uint64_t cap = st.sheaf_capacity, part = 16384 / st.slot_size;
-		REQUIRE(part + 1 <= N);
-		/* The first allocation refills @part objects; @part more empty main and
-		 * refill it again, right away: no statistics call in between (one locks
-		 * every CPU), so that the two refills are microseconds apart. */
-		int n = 0;
-		while (n < (int)part + 1)
-			REQUIRE((v[n++] = sheaf_cache_alloc(c)) != NULL);
-		uint64_t total = refilled(c);
-		/* Whole refills (the policy off) would be one refill of @cap here. */
-		CHECKF(total == part + cap || total == 2 * part,
-		       "refilled %llu objects for %d allocations: expected %llu then %llu",
-		       (unsigned long long)total, n, (unsigned long long)part,
-		       (unsigned long long)cap);
-		/* Preempted for a millisecond, or moved to a CPU without sheaves yet, the
-		 * second refill is a quiet one again: try anew. */
-		whole = total == part + cap;
-		if (!whole)
-			printf("# attempt %d: refilled %llu (capacity %llu)\n", attempt,
-			       (unsigned long long)total, (unsigned long long)cap);
-		while (n--)
-			sheaf_cache_free(c, v[n]);
-		sheaf_cache_destroy(c);
-	}
-	CHECK(whole);
-
+	uint64_t cap, got;
 	/* A small sheaf (256 B objects: 121 x 256 B) is filled on its first refill. */
-	struct sheaf_cache *small = sheaf_cache_create("demand-256", 256, NULL);
-	REQUIRE(small);
-	struct sheaf_stats st;
-	stats(small, &st);
-	REQUIRE((v[0] = sheaf_cache_alloc(small)) != NULL);
-	if (st.sheaf_capacity * st.slot_size <= 32768)
-		CHECK(refilled(small) == st.sheaf_capacity);
-	sheaf_cache_free(small, v[0]);
-	sheaf_cache_destroy(small);
-
+	got = first_refill("demand-256", 256, NULL, &cap);
+	CHECKF(got == cap, "256 B: first refill %llu of %llu", (unsigned long long)got,
+	       (unsigned long long)cap);
 	/* Linux 7.0 fills the sheaf on every refill (K§2.2 step 3). */
 	struct sheaf_cache_args k7 = { .flags = SHEAF_KERNEL_COMPAT };
-	struct sheaf_cache *kc = sheaf_cache_create("demand-k7", SZ, &k7);
-	REQUIRE(kc);
-	stats(kc, &st);
-	REQUIRE((v[0] = sheaf_cache_alloc(kc)) != NULL);
-	CHECK(refilled(kc) == st.sheaf_capacity);
-	sheaf_cache_free(kc, v[0]);
-	sheaf_cache_destroy(kc);
+	got = first_refill("demand-k7", 2048, &k7, &cap);
+	CHECKF(got == cap, "kernel-compat: first refill %llu of %llu", (unsigned long long)got,
+	       (unsigned long long)cap);
+	/* A capacity the caller chose is filled. */
+	struct sheaf_cache_args own = { .sheaf_capacity = 40 };
+	got = first_refill("demand-own", 2048, &own, &cap);
+	CHECKF(got == cap && cap == 40, "capacity 40: first refill %llu of %llu",
+	       (unsigned long long)got, (unsigned long long)cap);
+	if (getenv("SHEAF_SHEAF_CAPACITY")) {
+		printf("# SHEAF_SHEAF_CAPACITY is set: every capacity is the caller's\n");
+		return;
+	}
+	static void *v[256];
+	bool clean = false;
+	for (int attempt = 0; attempt < 5 && !clean; attempt++)
+		clean = refill_demand_attempt(attempt, v, sizeof(v) / sizeof(v[0]));
+	CHECK(clean);
 }
 
 int main(void)
