@@ -305,13 +305,6 @@ static void test_thread_exit(void)
  * would hold more than 32 KiB; a refill soon after a part refill brings what was taken to
  * one sheaf (capacity - part); a small sheaf, a SHEAF_KERNEL_COMPAT cache and a capacity
  * the caller chose are always filled. */
-static uint64_t stat_event(struct sheaf_cache *c, enum sheaf_stat_item it)
-{
-	struct sheaf_stats st;
-	stats(c, &st);
-	return st.events[it];
-}
-
 /* One attempt on a new 2-KiB cache; true when no preemption or migration got in the way.
  * @v holds at least capacity + 1 pointers. */
 static bool refill_demand_attempt(int attempt, void **v, size_t nv)
@@ -327,8 +320,9 @@ static bool refill_demand_attempt(int attempt, void **v, size_t nv)
 	size_t n = 0;
 	while (n < part + 1)
 		REQUIRE((v[n++] = sheaf_cache_alloc(c)) != NULL);
-	uint64_t refills = stat_event(c, SHEAF_STAT_BARN_GET_FAIL); /* one per refill */
-	uint64_t objs = stat_event(c, SHEAF_STAT_SHEAF_REFILL);
+	stats(c, &st);
+	uint64_t refills = st.events[SHEAF_STAT_BARN_GET_FAIL]; /* one per refill */
+	uint64_t objs = st.events[SHEAF_STAT_SHEAF_REFILL];
 	/* Whole refills would have made one refill of @cap. */
 	CHECKF(refills >= 2, "%llu refills for %zu allocations (capacity %llu): not in part",
 	       (unsigned long long)refills, n, (unsigned long long)cap);
@@ -338,8 +332,9 @@ static bool refill_demand_attempt(int attempt, void **v, size_t nv)
 	nanosleep(&ms2, NULL);
 	while (n < cap + 1)
 		REQUIRE((v[n++] = sheaf_cache_alloc(c)) != NULL);
-	uint64_t objs2 = stat_event(c, SHEAF_STAT_SHEAF_REFILL);
-	uint64_t refills2 = stat_event(c, SHEAF_STAT_BARN_GET_FAIL);
+	stats(c, &st);
+	uint64_t objs2 = st.events[SHEAF_STAT_SHEAF_REFILL];
+	uint64_t refills2 = st.events[SHEAF_STAT_BARN_GET_FAIL];
 	clean = clean && refills2 == 3 && objs2 == cap + part;
 	if (!clean)
 		printf("# attempt %d: refills %llu then %llu, objects %llu then %llu "

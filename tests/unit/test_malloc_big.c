@@ -109,7 +109,7 @@ static void t_calloc_fresh(void)
 }
 
 /* The heap window full (1 GiB here): blocks of a big class become extents instead of
- * failing, from half the window on (malloc.c big_class_spills), so that the small
+ * failing, from half the window on (bigclass.c malloc_big_class_spills), so that the small
  * classes keep the rest: 100,000 blocks of 256 B still come after them (every one
  * failed once the big blocks had filled the window).  24,000 x 40,000 B would need
  * 1.5 GiB of 64 KiB slabs; only their first bytes are written (about 100 MiB

@@ -159,6 +159,16 @@ static void t_gather(void)
 	sheaf_malloc_extent_cache_drain();
 }
 
+/* Free the @slots blocks replace_blocks() left in @s and empty the extent cache. */
+static void free_blocks(char **s, unsigned int slots)
+{
+	for (unsigned int i = 0; i < slots; i++) {
+		sheaf_free(s[i]);
+		s[i] = NULL;
+	}
+	sheaf_malloc_extent_cache_drain();
+}
+
 /* @iters replacements of a random one of @slots blocks (@s, all NULL at the start) by a
  * block of @lo + [0, @span) bytes written at both ends: mappings, not memory, are what
  * the callers count.  Returns how many mappings the process has more than at the start,
@@ -207,9 +217,7 @@ static void t_mappings_bounded(void)
 	printf("# mappings: at most %d more over %d replacements (%llu gathers so far)\n", worst,
 	       ITERS, (unsigned long long)c.extent_gathers);
 	CHECKF(worst <= 1500, "%d more mappings", worst);
-	for (int i = 0; i < SLOTS; i++)
-		sheaf_free(s[i]);
-	sheaf_malloc_extent_cache_drain();
+	free_blocks(s, SLOTS);
 }
 
 /* Many live blocks of random sizes just above the classes (64-256 KiB): the cache's
@@ -231,11 +239,7 @@ static void t_mappings_small_blocks(void)
 	int d = replace_blocks(s, SLOTS, ITERS, 11, (64u << 10) + 1, 192u << 10, &worst);
 	printf("# mappings: %d more after %d replacements of 64-256 KiB blocks\n", d, ITERS);
 	CHECKF(d <= 200, "%d more mappings", d);
-	for (int i = 0; i < SLOTS; i++) {
-		sheaf_free(s[i]);
-		s[i] = NULL;
-	}
-	sheaf_malloc_extent_cache_drain();
+	free_blocks(s, SLOTS);
 }
 
 /* The cache keeps a working set for reuse, not for ever: freed and left alone (no
