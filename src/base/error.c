@@ -130,15 +130,30 @@ static const char *fmt_parse(const char *f, struct fmt_spec *sp)
 	return f;
 }
 
+/* A string argument, its control characters written as \xNN: a cache name, a type name
+ * or an option's value comes from the program or the environment, and a newline in one
+ * would break the report's one line and let the rest pose as a report of its own
+ * (README "Errors"; a multi-line report puts its newlines in the format). */
 static void fmt_str(struct out *o, const char *s, const struct fmt_spec *sp)
 {
 	if (!s)
 		s = "(null)";
-	int len = (int)strlen(s), width = sp->width;
+	int len = 0, width = sp->width;
+	for (const unsigned char *q = (const unsigned char *)s; *q; q++)
+		len += *q < 0x20 || *q == 0x7f ? 4 : 1;
 	for (; !sp->left && width > len; width--)
 		put(o, ' ');
-	while (*s)
-		put(o, *s++);
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch < 0x20 || ch == 0x7f) {
+			put(o, '\\');
+			put(o, 'x');
+			put(o, "0123456789abcdef"[ch >> 4]);
+			put(o, "0123456789abcdef"[ch & 15]);
+		} else {
+			put(o, *s);
+		}
+	}
 	for (; sp->left && width > len; width--)
 		put(o, ' ');
 }

@@ -169,13 +169,20 @@ static int parse_into(struct opt *o, const char *v)
 		return 0;
 	}
 	if (o->type == OPT_BOOL) {
+		/* An empty value is an error too: until 2026-11-29 it read as 0, so that
+		 * SHEAF_FREE_CHECKS= turned the checks off without a word.  "json" is a
+		 * value of SHEAF_STATS only (stored as 2). */
 		if (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") ||
-		    !strcasecmp(v, "on") || !strcasecmp(v, "json")) {
-			o->lval = !strcasecmp(v, "json") ? 2 : 1;
+		    !strcasecmp(v, "on")) {
+			o->lval = 1;
+			return 0;
+		}
+		if (o == &opts[SHEAF_OPT_STATS] && !strcasecmp(v, "json")) {
+			o->lval = 2;
 			return 0;
 		}
 		if (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no") ||
-		    !strcasecmp(v, "off") || !*v) {
+		    !strcasecmp(v, "off")) {
 			o->lval = 0;
 			return 0;
 		}
@@ -218,9 +225,15 @@ static void bad_value(const char *src, const struct opt *o, const char *v)
 			  SHEAF_MAX_NODES);
 	else
 		sheaf_fmt(what, sizeof(what), "at most %zu characters", sizeof(o->sval) - 1);
+	/* The value kept is the one in effect (an earlier source's, or the default). */
+	char kept[32];
+	if (o->type == OPT_BOOL && o->lval == 2)
+		sheaf_fmt(kept, sizeof(kept), "json");
+	else if (o->type != OPT_STR)
+		sheaf_fmt(kept, sizeof(kept), "%ld", o->lval);
 	sheaf_os_print("sheaf: %s%sSHEAF_%s='%s' ignored: accepted %s (keeping %s)", src ? src : "",
 		       src ? ": " : "", o->name, v, what,
-		       o->type != OPT_STR ? o->def :
+		       o->type != OPT_STR ? kept :
 		       o->sval[0]         ? o->sval :
 					    "none");
 }
@@ -243,33 +256,65 @@ static struct opt *find(const char *name)
 	return o;
 }
 
+/* An option by a name of @nlen bytes, not terminated (a SHEAF_OPTIONS entry's). */
+static struct opt *find_n(const char *name, size_t nlen)
+{
+	char nbuf[64];
+	if (nlen >= sizeof(nbuf))
+		return NULL;
+	memcpy(nbuf, name, nlen);
+	nbuf[nlen] = 0;
+	return find(nbuf);
+}
+
+/* One SHEAF_OPTIONS entry for @o: its value @v of @vlen bytes, not terminated.  Read in
+ * place, with no copy of the whole string: until 2026-11-29 a SHEAF_OPTIONS past its
+ * 1,023rd byte was cut off without a word and the cut value applied. */
+static void apply_entry(struct opt *o, const char *v, size_t vlen)
+{
+	char vbuf[1024];
+	if (o->set)
+		return;
+	if (vlen >= sizeof(vbuf)) {
+		sheaf_os_print("sheaf: SHEAF_OPTIONS: SHEAF_%s's value of %zu bytes ignored: "
+			       "accepted at most %zu",
+			       o->name, vlen, sizeof(vbuf) - 1);
+		return;
+	}
+	memcpy(vbuf, v, vlen);
+	vbuf[vlen] = 0;
+	if (parse_into(o, vbuf) != 0)
+		bad_value("SHEAF_OPTIONS", o, vbuf);
+}
+
 static void apply_combined(const char *s)
 {
 	/* SHEAF_OPTIONS="a=1,b=2"; values may not contain ',' except FAKE_NUMA/SLAB_DEBUG,
 	 * which take the rest of the string when they come last. */
-	char buf[1024];
-	sheaf_fmt(buf, sizeof(buf), "%s", s);
-	char *p = buf;
-	while (p && *p) {
-		char *eq = strchr(p, '=');
+	const char *p = s;
+	while (*p) {
+		const char *eq = strchr(p, '=');
 		if (!eq) {
 			sheaf_os_print("sheaf: SHEAF_OPTIONS: '%s' has no value; ignored", p);
-			break;
+			return;
 		}
-		*eq = 0;
-		struct opt *o = find(p);
-		char *v = eq + 1;
-		char *comma = (o && (o == &opts[SHEAF_OPT_FAKE_NUMA] ||
-				     o == &opts[SHEAF_OPT_SLAB_DEBUG])) ?
-				      NULL :
-				      strchr(v, ',');
-		if (comma)
-			*comma = 0;
-		if (!o)
-			sheaf_os_print("sheaf: SHEAF_OPTIONS: unknown option '%s' ignored", p);
-		else if (!o->set && parse_into(o, v) != 0)
-			bad_value("SHEAF_OPTIONS", o, v);
-		p = comma ? comma + 1 : NULL;
+		struct opt *o = find_n(p, (size_t)(eq - p));
+		const char *v = eq + 1;
+		bool rest = o == &opts[SHEAF_OPT_FAKE_NUMA] || o == &opts[SHEAF_OPT_SLAB_DEBUG];
+		const char *comma = rest ? NULL : strchr(v, ',');
+		size_t vlen = comma ? (size_t)(comma - v) : strlen(v);
+		if (o) {
+			apply_entry(o, v, vlen);
+		} else {
+			char nb[64]; /* the name alone, cut to 63 bytes */
+			size_t nl = SHEAF_MIN((size_t)(eq - p), sizeof(nb) - 1);
+			memcpy(nb, p, nl);
+			nb[nl] = 0;
+			sheaf_os_print("sheaf: SHEAF_OPTIONS: unknown option '%s' ignored", nb);
+		}
+		if (!comma)
+			return;
+		p = comma + 1;
 	}
 }
 

@@ -130,13 +130,32 @@ SHEAF_API void sheaf_stats_reset(struct sheaf_cache *c)
 	X(capacity_default) X(capacity_grows) X(capacity_shrinks)
 /* clang-format on */
 
+/* @s as a JSON string: quotes and backslashes escaped, control characters as \u00XX
+ * (a cache's name is the program's; sheaf_stats.h promises one JSON object). */
+static void json_string(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch == '"' || ch == '\\')
+			fprintf(f, "\\%c", ch);
+		else if (ch < 0x20 || ch == 0x7f)
+			fprintf(f, "\\u%04x", ch);
+		else
+			fputc(ch, f);
+	}
+	fputc('"', f);
+}
+
 static void emit(struct sheaf_cache *c, FILE *f, bool json)
 {
 	struct sheaf_stats st = { .size = sizeof(st) };
 	sheaf_stats_get(c, &st);
 	if (json) {
-		fprintf(f, "{\"name\":\"%s\",\"version\":%u,\"mode\":\"%s\",\"events\":{", st.name,
-			st.version, sheaf_percpu_mode());
+		fputs("{\"name\":", f);
+		json_string(f, st.name);
+		fprintf(f, ",\"version\":%u,\"mode\":\"%s\",\"events\":{", st.version,
+			sheaf_percpu_mode());
 		for (int i = 0; i < SHEAF_STAT_NR; i++)
 			fprintf(f, "%s\"%s\":%llu", i ? "," : "", stat_names[i],
 				(unsigned long long)st.events[i]);

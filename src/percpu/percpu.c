@@ -521,6 +521,11 @@ void sheaf_pcs_shrink_all(struct sheaf_cache *c)
 		}
 		return;
 	}
+	/* The threads a fork left behind first: their sheaves belong to nobody who could
+	 * answer a flush request (until 2026-11-29 a shrink in the child left them until
+	 * its next slow path, adversarial review). */
+	if (sheaf_unlikely(atomic_load_explicit(&fork_orphans_pending, memory_order_relaxed)))
+		drain_fork_orphans();
 	struct sheaf_pcs *mine = sheaf_pcs_current(c);
 	sheaf_mutex_lock(&c->pcs_lock, SHEAF_LOCK_PCS_LIST);
 	struct sheaf_list *pos;

@@ -124,6 +124,32 @@ static void test_warn_mode(void)
 	CHECK(strstr(r.err, "wrong cache") != NULL);
 }
 
+/* A cache name with a newline cannot split a report in two (the second line posing as
+ * a report of its own, adversarial run of 2026-11-29): control characters are written
+ * as \xNN, and the report stays one line. */
+static void do_forged_name(void *a)
+{
+	(void)a;
+	struct sheaf_cache *c = sheaf_cache_create("req\nsheaf: forged\t", 64, NULL);
+	void *p = c ? sheaf_cache_alloc(c) : NULL;
+	if (!p)
+		_exit(2);
+	sheaf_cache_free(c, p);
+	sheaf_cache_free(c, p);
+	_exit(0);
+}
+
+static void test_name_one_line(void)
+{
+	struct th_child r;
+	run_warn_child(do_forged_name, &r);
+	CHECK(r.exited && r.status == 0);
+	CHECKF(strstr(r.err, "sheaf: double free: cache 'req\\x0asheaf: forged\\x09' address") ==
+		       r.err,
+	       "expected the name escaped: %s", r.err);
+	CHECKF(strchr(r.err, '\n') == r.err + strlen(r.err) - 1, "not one line: %s", r.err);
+}
+
 /* Exhaustion: NULL + ENOMEM, and the cache keeps working afterwards. */
 static void do_exhaust(void *a)
 {
@@ -305,6 +331,7 @@ int main(void)
 	REQUIRE(ca && cb);
 	RUN(test_errors_abort);
 	RUN(test_warn_mode);
+	RUN(test_name_one_line);
 	RUN(test_exhaustion);
 	RUN(test_fork);
 	RUN(test_destroy_leak);

@@ -77,11 +77,37 @@ static const struct opt_case cases[] = {
 	{ "SHEAF_FAKE_NUMA", "4:memoryless=1-2,3", SHEAF_OPT_FAKE_NUMA, 0, "4:memoryless=1-2,3",
 	  NULL },
 	{ "SHEAF_FAKE_NUMA", "2", SHEAF_OPT_FAKE_NUMA, 0, "2", NULL },
+	/* Found by an adversarial run (2026-11-29): an empty switch read as 0, so that
+	 * SHEAF_FREE_CHECKS= turned the checks off without a word; "json" was taken by
+	 * every switch; the line named the default, not the value kept. */
+	{ "SHEAF_FREE_CHECKS", "", SHEAF_OPT_FREE_CHECKS, 1, NULL,
+	  "SHEAF_FREE_CHECKS='' ignored: accepted 0 or 1 (keeping 1)" },
+	{ "SHEAF_VERBOSE", "json", SHEAF_OPT_VERBOSE, 0, NULL,
+	  "SHEAF_VERBOSE='json' ignored: accepted 0 or 1 (keeping 0)" },
+	{ "SHEAF_STATS", "JSON", SHEAF_OPT_STATS, 2, NULL, NULL },
+};
+
+/* The same with SHEAF_OPTIONS set too (an earlier source): the line names the value
+ * kept, which is the earlier source's (it named the compiled default until 2026-11-29). */
+static const struct two_source {
+	const char *options;
+	struct opt_case k;
+} two_sources[] = {
+	{ "sheaf_capacity=9",
+	  { "SHEAF_SHEAF_CAPACITY", "bad", SHEAF_OPT_SHEAF_CAPACITY, 9, NULL,
+	    "SHEAF_SHEAF_CAPACITY='bad' ignored: accepted an integer in 0..4096 (keeping 9)" } },
+	{ "free_checks=0",
+	  { "SHEAF_FREE_CHECKS", "", SHEAF_OPT_FREE_CHECKS, 0, NULL,
+	    "SHEAF_FREE_CHECKS='' ignored: accepted 0 or 1 (keeping 0)" } },
+	{ "stats=json", { "SHEAF_STATS", "2", SHEAF_OPT_STATS, 2, NULL, "(keeping json)" } },
 };
 
 static void child(void *arg)
 {
 	const struct opt_case *k = arg;
+	for (size_t i = 0; i < sizeof(two_sources) / sizeof(two_sources[0]); i++)
+		if (k == &two_sources[i].k)
+			setenv("SHEAF_OPTIONS", two_sources[i].options, 1);
 	setenv(k->var, k->value, 1);
 	struct sheaf_cache *c = sheaf_cache_create("opts", 64, NULL);
 	if (!c)
@@ -97,8 +123,10 @@ static void child(void *arg)
 
 static void test_strict_options(void)
 {
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		const struct opt_case *k = &cases[i];
+	const size_t ncases = sizeof(cases) / sizeof(cases[0]);
+	const size_t ntwo = sizeof(two_sources) / sizeof(two_sources[0]);
+	for (size_t i = 0; i < ncases + ntwo; i++) {
+		const struct opt_case *k = i < ncases ? &cases[i] : &two_sources[i - ncases].k;
 		struct th_child r;
 		th_run_child(child, (void *)k, &r);
 		CHECKF(r.exited && r.status == 0, "%s=%s: exit %d (3/4: value not kept): %s",
@@ -139,9 +167,47 @@ static void test_option_set_names(void)
 	CHECKF(r.exited && r.status == 0, "sheaf_option_set names: exit %d: %s", r.status, r.err);
 }
 
+/* A long SHEAF_OPTIONS is read to its end (until 2026-11-29 it was cut at 1,023 bytes
+ * without a word and the cut value applied: sheaf_capacity=1000 became 10); a value
+ * longer than the parser takes is refused with one line, never cut. */
+static void long_child(void *arg)
+{
+	static char buf[1200];
+	size_t n = 0;
+	if (arg) { /* 101 entries of padding, then the capacity: 1,029 bytes */
+		for (int i = 0; i < 101; i++)
+			n += (size_t)snprintf(buf + n, sizeof(buf) - n, "verbose=0,");
+		snprintf(buf + n, sizeof(buf) - n, "sheaf_capacity=1000");
+	} else { /* a value of 1,100 digits */
+		n = (size_t)snprintf(buf, sizeof(buf), "sheaf_capacity=");
+		memset(buf + n, '1', 1100);
+		buf[n + 1100] = 0;
+	}
+	setenv("SHEAF_OPTIONS", buf, 1);
+	struct sheaf_cache *c = sheaf_cache_create("opts", 64, NULL);
+	if (!c)
+		_exit(2);
+	_exit(sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY) == (arg ? 1000 : 0) ? 0 : 3);
+}
+
+static void test_options_long(void)
+{
+	struct th_child r;
+	th_run_child(long_child, (void *)1, &r);
+	CHECKF(r.exited && r.status == 0 && r.err[0] == 0,
+	       "1,029-byte SHEAF_OPTIONS: exit %d (3: capacity not 1000): %s", r.status, r.err);
+	th_run_child(long_child, NULL, &r);
+	CHECKF(r.exited && r.status == 0, "1,100-byte value: exit %d (3: not refused): %s",
+	       r.status, r.err);
+	CHECKF(strstr(r.err, "SHEAF_OPTIONS: SHEAF_SHEAF_CAPACITY's value of 1100 bytes ignored") &&
+		       strchr(r.err, '\n') == r.err + strlen(r.err) - 1,
+	       "1,100-byte value: expected one line, got: %s", r.err);
+}
+
 int main(void)
 {
 	RUN(test_strict_options);
 	RUN(test_option_set_names);
+	RUN(test_options_long);
 	return th_done();
 }

@@ -252,6 +252,18 @@ static void test_stats_output(void)
 	CHECK(strstr(buf, "BARN_GET") != NULL);
 	CHECK(strstr(buf, "sheaf-meta-") != NULL);
 	free(buf);
+	/* A name with a quote, a backslash and control characters comes out as one valid
+	 * JSON string (printed raw until 2026-11-29, adversarial run). */
+	struct sheaf_cache *odd = sheaf_cache_create("say \"hi\" C:\\t\n\x01", 32, NULL);
+	REQUIRE(odd);
+	f = open_memstream(&buf, &len);
+	sheaf_stats_print_json(odd, f);
+	fclose(f);
+	CHECKF(strstr(buf, "{\"name\":\"say \\\"hi\\\" C:\\\\t\\u000a\\u0001\",") == buf,
+	       "escaped name expected: %s", buf);
+	CHECK(strchr(buf, '\n') == buf + strlen(buf) - 1); /* one line */
+	free(buf);
+	sheaf_cache_destroy(odd);
 	CHECK(strcmp(sheaf_stat_name(SHEAF_STAT_FREE_SLOWPATH), "FREE_SLOWPATH") == 0);
 	CHECK(sheaf_stat_name(SHEAF_STAT_NR) == NULL);
 	struct sheaf_stats small = { .size = 64 };
@@ -297,6 +309,51 @@ static void test_thread_exit(void)
 		CHECK(st.barn_full >= 1);                       /* its sheaves went to the barn */
 		CHECK(st.objects_in_barns == st.objects_inuse); /* nothing lost */
 	}
+	sheaf_cache_destroy(tx_cache);
+}
+
+/* A fork while another thread holds sheaves: in the child that thread is gone, and
+ * sheaf_cache_shrink() there gives its sheaves back at once, in both modes (per-thread
+ * mode left them to the child's next slow path until 2026-11-29, adversarial run). */
+static pthread_barrier_t fk_held, fk_done;
+static void *fk_thread(void *arg)
+{
+	(void)arg;
+	void *v[100];
+	for (int i = 0; i < 100; i++)
+		v[i] = sheaf_cache_alloc(tx_cache);
+	for (int i = 0; i < 100; i++)
+		sheaf_cache_free(tx_cache, v[i]);
+	pthread_barrier_wait(&fk_held); /* its sheaves hold the 100 */
+	pthread_barrier_wait(&fk_done);
+	return NULL;
+}
+static void fk_child(void *arg)
+{
+	(void)arg;
+	struct sheaf_stats st = { .size = sizeof(st) };
+	sheaf_cache_shrink(tx_cache);
+	if (sheaf_stats_get(tx_cache, &st) != 0)
+		_exit(2);
+	_exit(st.objects_in_pcs == 0 && st.objects_cached == 0 ? 0 : 3);
+}
+static void test_fork_shrink(void)
+{
+	tx_cache = sheaf_cache_create("forkshrink", 64, NULL);
+	REQUIRE(tx_cache);
+	pthread_barrier_init(&fk_held, NULL, 2);
+	pthread_barrier_init(&fk_done, NULL, 2);
+	pthread_t t;
+	pthread_create(&t, NULL, fk_thread, NULL);
+	pthread_barrier_wait(&fk_held);
+	struct th_child r;
+	th_run_child(fk_child, NULL, &r);
+	CHECKF(r.exited && r.status == 0, "child: exit %d (3: sheaves left after shrink): %s",
+	       r.status, r.err);
+	pthread_barrier_wait(&fk_done);
+	pthread_join(t, NULL);
+	pthread_barrier_destroy(&fk_held);
+	pthread_barrier_destroy(&fk_done);
 	sheaf_cache_destroy(tx_cache);
 }
 
@@ -403,5 +460,6 @@ int main(void)
 	RUN(test_refill_by_demand);
 	RUN(test_stats_output);
 	RUN(test_thread_exit);
+	RUN(test_fork_shrink);
 	return th_done();
 }
