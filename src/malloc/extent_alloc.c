@@ -217,18 +217,24 @@ void *malloc_extent_resize(void *p, size_t len, size_t n)
 		return NULL;
 	}
 	size_t nlen = malloc_extent_len(n);
-	if (nlen == len)
+	/* @n fits: the block stays where it is.  An extent mapped at its exact length
+	 * (under an address-space limit, or split from a cached one) may be shorter than
+	 * the step @n rounds to; until 2026-11-29 such a shrink was taken for a growth and
+	 * could move the block, grow it, or fail with ENOMEM (adversarial run). */
+	if (round_up(n, PAGE) <= len && nlen >= len)
 		return p;
-	/* In place first: a shrink always is, a growth when the pages after it are free.
-	 * Nobody else may use @p meanwhile (it is being reallocated). */
+	/* In place first: a shrink (the tail unmapped), a growth when the pages after it
+	 * are free.  Nobody else may use @p meanwhile (it is being reallocated). */
 	if (sheaf_sys_mremap(p, len, nlen, 0, NULL) != MAP_FAILED) {
 		malloc_extent_set_len(p, nlen);
 		CTR_INC(extent_remaps);
 		return p;
 	}
+	/* A shrink the kernel refused (a mapping split past vm.max_map_count): the block
+	 * stays as it was, which @n fits. */
 	if (nlen < len) {
-		errno = ENOMEM;
-		return NULL;
+		errno = saved_errno;
+		return p;
 	}
 	/* Moving: the destination is mapped and registered first, so that every step that
 	 * can fail comes before the block moves, and a failure leaves it where it was

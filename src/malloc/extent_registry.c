@@ -171,6 +171,15 @@ void malloc_extent_set_len(const void *p, size_t len)
 	sheaf_mutex_lock(&s->lock, SHEAF_LOCK_MALLOC_SHARD);
 	struct ext_slot *e = ext_find_locked(s, a, h);
 	if (e->addr == a) {
+		/* The live bytes follow the new length: a free subtracts e->len (until
+		 * 2026-11-29 an in-place growth made that wrap, and the extent cache's
+		 * bound, which grows with the live bytes, went to its maximum). */
+		if (len >= e->len)
+			atomic_fetch_add_explicit(&ext_live_bytes, len - e->len,
+						  memory_order_relaxed);
+		else
+			atomic_fetch_sub_explicit(&ext_live_bytes, e->len - len,
+						  memory_order_relaxed);
 		e->len = len;
 		e->vmas &= ~EXT_VMAS_HI_SHARED;
 	}

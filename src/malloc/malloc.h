@@ -291,6 +291,10 @@ void sheaf_malloc_extent_cache_stat(size_t *count, size_t *bytes);
 void sheaf_malloc_extent_cache_age(void);
 /* Extents in use: count and mapped bytes (src/malloc/preload/mallinfo.c). */
 void sheaf_malloc_extent_live_stat(size_t *count, size_t *bytes);
+/* The running count of the live extents' bytes, which the extent cache's bound follows
+ * (extent_registry.c; read racily): the bytes of sheaf_malloc_extent_live_stat, kept
+ * without a walk (the tests compare the two). */
+size_t malloc_extent_live_bytes(void);
 
 #define SHEAF_MALLOC_EXTENT_DELAY_NS 1000000000ull /* cached extents age out after 1 s */
 /* The extent cache holds as many bytes as the live extents took at their peak (renewed

@@ -65,8 +65,6 @@ void malloc_extent_set_len(const void *p, size_t len);
 size_t malloc_extent_lookup(const void *p, bool remove);
 /* malloc_extent_lookup(@p, true), and the kernel mappings it was registered with. */
 size_t malloc_extent_remove(const void *p, unsigned int *vmas);
-/* Bytes of the live extents (read racily: the extent cache's bound follows them). */
-size_t malloc_extent_live_bytes(void);
 void malloc_extent_registry_fork_register(void); /* rank MALLOC_SHARD */
 
 /* extent.c: the cache of freed extents. */

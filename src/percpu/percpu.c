@@ -90,9 +90,18 @@ static void thread_pcs_leave(struct sheaf_pcs *pcs)
 
 static void tcache_destroy(struct sheaf_tcache *tc, bool owner_alive);
 
+/* Set once the calling thread's key destructor ran: the thread is exiting, and what
+ * it allocates or frees from then on (other keys' destructors, glibc's own freeing of
+ * a thread's dlerror string and the like in __libc_thread_freeres, after every
+ * destructor) takes the slab path.  Until 2026-11-29 such a call made a new tcache
+ * whose destructor never ran, and every exiting thread stranded its sheaves (9 KiB a
+ * thread that had used dlerror; adversarial run). */
+static __thread bool tls_exited;
+
 static void thread_exit_cb(void *arg)
 {
 	struct sheaf_tcache *tc = arg;
+	tls_exited = true;
 	if (!tc)
 		return;
 	tcache_destroy(tc, true);
@@ -224,6 +233,8 @@ static inline struct sheaf_pcs *thread_pcs(struct sheaf_cache *c)
 	if (sheaf_likely(tc && c->id < tc->n && tc->pcs[c->id]))
 		return tc->pcs[c->id];
 	if (!tc) {
+		if (sheaf_unlikely(tls_exited))
+			return NULL; /* exiting: no tcache that nobody would drain */
 		tc = tcache_create();
 		if (!tc)
 			return NULL;

@@ -309,9 +309,53 @@ static void t_reaper_from_alloc(void)
 	free(v);
 }
 
+/* realloc to a smaller size never moves or grows an extent, and a resize keeps the count
+ * of live extent bytes (the extent cache's bound) true.  Until 2026-11-29 a shrink of an
+ * extent mapped at its exact length (under an address-space limit, or split from a
+ * cached one) was taken for a growth to the size step, and could move the block, grow
+ * it or fail with ENOMEM; and a resize left the count at the old length, so that the
+ * free after it made the count drift (up, after a shrink) or wrap (after a growth), and
+ * the cache's bound went to its maximum of 512 MiB (adversarial run). */
+static void t_realloc_resize(void)
+{
+	size_t n0, live0, n1, live1;
+	sheaf_malloc_extent_live_stat(&n0, &live0);
+	size_t before = malloc_extent_live_bytes();
+	char *p = sheaf_malloc(8u << 20);
+	REQUIRE(p != NULL);
+	memset(p, 7, 1u << 20);
+	char *q = sheaf_realloc(p, 1u << 20);
+	CHECK(q == p && sheaf_usable_size(q) >= (1u << 20) && sheaf_usable_size(q) < (8u << 20));
+	CHECK(q[0] == 7 && q[(1u << 20) - 1] == 7);
+	sheaf_malloc_extent_live_stat(&n1, &live1);
+	CHECKF(malloc_extent_live_bytes() - before == live1 - live0,
+	       "live bytes counted %zu, registered %zu", malloc_extent_live_bytes() - before,
+	       live1 - live0);
+	sheaf_free(q);
+	CHECKF(malloc_extent_live_bytes() == before, "live bytes %zu after the free, %zu before",
+	       malloc_extent_live_bytes(), before);
+	/* An extent of exactly its pages (300,000 B: 74 pages, below its size step of 80),
+	 * shrunk by a little: it stays where it is, at the same usable size, never more. */
+	struct rlimit old, lim;
+	REQUIRE(getrlimit(RLIMIT_AS, &old) == 0);
+	lim = old;
+	lim.rlim_cur = (rlim_t)64 << 30; /* exact-length extents; far above what runs here */
+	if (old.rlim_cur == RLIM_INFINITY && setrlimit(RLIMIT_AS, &lim) == 0) {
+		p = sheaf_malloc(300000);
+		REQUIRE(p != NULL);
+		size_t u = sheaf_usable_size(p);
+		q = sheaf_realloc(p, 290000);
+		CHECKF(q == p && sheaf_usable_size(q) <= u, "shrink: %p -> %p, usable %zu -> %zu",
+		       (void *)p, (void *)q, u, sheaf_usable_size(q));
+		sheaf_free(q ? q : p);
+		REQUIRE(setrlimit(RLIMIT_AS, &old) == 0);
+	}
+}
+
 int main(void)
 {
 	RUN(t_reaper_from_alloc);
+	RUN(t_realloc_resize);
 	RUN(t_rebuild);
 	RUN(t_gather);
 	RUN(t_mappings_bounded);

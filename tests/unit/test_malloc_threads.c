@@ -11,6 +11,8 @@
 #include <stdatomic.h>
 
 #include "harness.h"
+#include <sheaf.h>
+#include <sheaf_stats.h>
 #include "malloc/malloc.h"
 #include "malloc/sizeclass.h"
 
@@ -218,11 +220,61 @@ static void t_cross_thread(void)
 	CHECK(c.errors == 0);
 }
 
+/* A thread that allocates and frees in a key destructor of its own, re-armed every
+ * round until glibc stops calling it (after Sheaf's destructor has drained the thread's
+ * sheaves, as glibc itself does when it frees a thread's dlerror string after every
+ * destructor): what it caches then must not be stranded.  Until 2026-11-29 such a call
+ * made the thread a new tcache that no destructor ever drained, 9 KiB and more a thread
+ * in per-thread mode (adversarial run). */
+static pthread_key_t late_key;
+static void late_destructor(void *v)
+{
+	void *p[16];
+	for (int i = 0; i < 16; i++)
+		p[i] = sheaf_malloc(200);
+	for (int i = 0; i < 16; i++)
+		sheaf_free(p[i]);
+	pthread_setspecific(late_key, v); /* again, until the rounds run out */
+}
+static void *late_thread(void *arg)
+{
+	(void)arg;
+	sheaf_free(sheaf_malloc(200)); /* the thread's sheaves exist */
+	pthread_setspecific(late_key, (void *)1);
+	return NULL;
+}
+static void t_exit_late_frees(void)
+{
+	REQUIRE(pthread_key_create(&late_key, late_destructor) == 0);
+	void *probe = sheaf_malloc(200);
+	REQUIRE(probe != NULL);
+	struct sheaf_cache *c = sheaf_cache_of(probe);
+	sheaf_free(probe);
+	REQUIRE(c != NULL);
+	for (int i = 0; i < 200; i++) {
+		pthread_t t;
+		REQUIRE(pthread_create(&t, NULL, late_thread, NULL) == 0);
+		pthread_join(t, NULL);
+	}
+	struct sheaf_stats st = { .size = sizeof(st) };
+	REQUIRE(sheaf_stats_get(c, &st) == 0);
+	printf("# %s mode: %llu objects in per-CPU/thread sheaves, %llu slots\n",
+	       sheaf_percpu_mode(), (unsigned long long)st.objects_in_pcs,
+	       (unsigned long long)st.percpu_slots);
+	/* Per-thread mode: only this thread's own sheaves remain (one pcs); per-CPU mode
+	 * keeps sheaves per CPU, never per thread. */
+	if (strcmp(sheaf_percpu_mode(), "percpu-rseq"))
+		CHECKF(st.percpu_slots <= 1, "%llu thread caches left after 200 exited threads",
+		       (unsigned long long)st.percpu_slots);
+	pthread_key_delete(late_key);
+}
+
 int main(void)
 {
 	/* Before any other use: several threads race to create the classes. */
 	RUN(t_cross_thread);
 	RUN(t_thread_exit_then_others_free);
 	RUN(t_fork_with_busy_threads);
+	RUN(t_exit_late_frees);
 	return th_done();
 }

@@ -147,10 +147,10 @@ EXPORT void malloc_stats(void)
  * sheaves and barns, "rest" those free on slabs, "mmap" the extents in use. */
 EXPORT int malloc_info(int options, FILE *fp)
 {
-	if (options != 0 || !fp) {
-		errno = EINVAL;
-		return -1;
-	}
+	/* glibc 2.36 returns the error code itself, errno untouched (its manual page
+	 * says -1 and errno): a replacement answers as the library it replaces. */
+	if (options != 0 || !fp)
+		return EINVAL;
 	struct figs f;
 	gather(&f);
 	unsigned long long sys = f.slab_bytes;

@@ -28,6 +28,27 @@ static void check(int cond, const char *what, long long a, long long b)
 		fails++;
 }
 
+/* malloc_info: glibc's XML with Sheaf's classes; another option is refused as glibc does. */
+static void check_malloc_info(void)
+{
+	char *xml = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&xml, &len);
+	int r = f ? malloc_info(0, f) : -1;
+	if (f)
+		fclose(f);
+	check(r == 0 && xml && strstr(xml, "<malloc version=\"1\">") && strstr(xml, "</malloc>") &&
+		      strstr(xml, "<total type=\"mmap\"") && strstr(xml, " to=\"224\""),
+	      "malloc_info writes glibc's XML with Sheaf's classes", r, (long long)len);
+	free(xml);
+	errno = 0;
+	r = malloc_info(1, stdout);
+	/* glibc returns the code itself and leaves errno alone (until 2026-11-29 Sheaf
+	 * returned -1 with errno, as the manual page says but glibc does not). */
+	check(r == EINVAL && errno == 0, "malloc_info(1, ...) returns EINVAL, errno untouched", r,
+	      errno);
+}
+
 int main(void)
 {
 	static void *v[N];
@@ -72,19 +93,7 @@ int main(void)
 	      "mallinfo agrees with mallinfo2", (long long)old.uordblks, (long long)m4.uordblks);
 	free(big);
 
-	char *xml = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&xml, &len);
-	int r = f ? malloc_info(0, f) : -1;
-	if (f)
-		fclose(f);
-	check(r == 0 && xml && strstr(xml, "<malloc version=\"1\">") && strstr(xml, "</malloc>") &&
-		      strstr(xml, "<total type=\"mmap\"") && strstr(xml, " to=\"224\""),
-	      "malloc_info writes glibc's XML with Sheaf's classes", r, (long long)len);
-	free(xml);
-	errno = 0;
-	r = malloc_info(1, stdout);
-	check(r == -1 && errno == EINVAL, "malloc_info(1, ...) is EINVAL", r, errno);
+	check_malloc_info();
 	malloc_stats();
 	return fails ? 1 : 0;
 }
