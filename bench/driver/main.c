@@ -40,7 +40,9 @@ static void usage(FILE *f)
 		"  --quick          short smoke run (~30 s): fewer sizes, windows and repetitions\n"
 		"  --only=W[,W...]  run only these workloads (see --list)\n"
 		"  --allocs=A[,...] run only these contenders (see --list)\n"
-		"  --out=DIR        results folder (default: %s/<YYYY-MM-DD-HHMM>)\n"
+		"  --out=DIR        results folder (default: %s/<YYYY-MM-DD-HHMM>\n"
+		"                   where that source tree is, else\n"
+		"                   ./sheaf-bench-results/<YYYY-MM-DD-HHMM>)\n"
 		"  --no-plots       do not run the plotting script\n"
 		"  --prev-lib=PATH  libsheaf.so of an earlier revision (scripts/build-prev.sh):\n"
 		"                   adds the sheaf-prev and sheaf-malloc-prev contenders and the\n"
@@ -144,6 +146,19 @@ static const char *plot_script(void)
 		return SHEAF_BENCH_PLOT;
 	if (!access(SHEAF_BENCH_PLOT_INSTALLED, R_OK))
 		return SHEAF_BENCH_PLOT_INSTALLED;
+	/* A relocated install: share/sheaf/plot.py beside this driver's bin/. */
+	static char rel[PATH_MAX + 32];
+	ssize_t n = readlink("/proc/self/exe", rel, PATH_MAX);
+	if (n > 0) {
+		rel[n] = 0;
+		char *slash = strrchr(rel, '/');
+		if (slash) {
+			snprintf(slash, sizeof(rel) - (size_t)(slash - rel),
+				 "/../share/sheaf/plot.py");
+			if (!access(rel, R_OK))
+				return rel;
+		}
+	}
 	return NULL;
 }
 

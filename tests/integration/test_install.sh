@@ -113,6 +113,21 @@ for h in sheaf.h sheaf_stats.h sheaf_malloc.h; do
 	fi
 done
 
+# A program's own feature macros are its own: one that defines _GNU_SOURCE itself, and
+# one that asks for POSIX strerror_r, build with the flags pkg-config gives under
+# -Werror (both failed while sheaf.pc and the CMake targets forced -D_GNU_SOURCE).
+printf '#define _GNU_SOURCE\n#include <sheaf.h>\nint sheaf_install_probe;\n' >"$tmp/gnu.c"
+printf '#define _POSIX_C_SOURCE 200809L\n#include <string.h>\n#include <sheaf.h>\n%s\n' \
+	'int probe(char *b) { int r = strerror_r(1, b, 16); return r; }' >"$tmp/posix.c"
+for f in gnu posix; do
+	if "$CC" -std=c11 -Wall -Wextra -Werror $pcflags -c "$tmp/$f.c" -o "$tmp/$f.o" 2>"$tmp/cc.err"; then
+		ok "a program's own feature macros are left alone ($f.c)"
+	else
+		cat "$tmp/cc.err"
+		bad "pkg-config's flags change a program's feature macros ($f.c)"
+	fi
+done
+
 # ---- a user program ------------------------------------------------------------------
 cat >"$tmp/user.c" <<'PROG'
 #include <sheaf.h>
@@ -229,6 +244,11 @@ for f in lib/cmake/Sheaf/SheafConfig.cmake lib/cmake/Sheaf/SheafConfigVersion.cm
 	lib/cmake/Sheaf/SheafTargets.cmake bin/sheafinfo share/man/man1/sheafinfo.1 share/man/man3/sheaf.3; do
 	if [ -e "$P/$f" ]; then ok "P/$f"; else bad "P/$f missing"; fi
 done
+if grep -q "_GNU_SOURCE" "$P"/lib/cmake/Sheaf/SheafTargets*.cmake; then
+	bad "the CMake targets force _GNU_SOURCE on their users"
+else
+	ok "the CMake targets leave a program's feature macros alone"
+fi
 # Relocatable: the installed tree is moved before anything uses it.
 mv "$P" "$tmp/moved"
 Q=$tmp/moved
