@@ -206,9 +206,27 @@ static int parse_into(struct opt *o, const char *v)
 }
 
 /* One line naming the option, the value and what is accepted; the old value stays. */
-static void bad_value(const char *src, const struct opt *o, const char *v)
+/* @v (@vlen bytes, not necessarily terminated) as a report shows it: at most 48 bytes,
+ * then how long it was, so that the line keeps its end within the reporter's 1 KiB
+ * (a value of 500 bytes lost "accepted ... (keeping ...)" until 2026-11-29). */
+static void shown(char *out, size_t cap, const char *v, size_t vlen)
 {
-	char what[96];
+	enum {
+		SHOWN_MAX = 48
+	};
+	size_t n = vlen < SHOWN_MAX ? vlen : SHOWN_MAX;
+	char head[SHOWN_MAX + 1];
+	memcpy(head, v, n);
+	head[n] = 0;
+	if (vlen > SHOWN_MAX)
+		sheaf_fmt(out, cap, "%s... (%zu bytes)", head, vlen);
+	else
+		sheaf_fmt(out, cap, "%s", head);
+}
+
+static void bad_value(const char *src, const struct opt *o, const char *v, size_t vlen)
+{
+	char what[96], val[256], kept[256]; /* shown(): 48 bytes, 4 each escaped */
 	if (o->type == OPT_LONG)
 		sheaf_fmt(what, sizeof(what), "an integer in %ld..%ld", o->min, o->max);
 	else if (o->type == OPT_BOOL)
@@ -226,16 +244,17 @@ static void bad_value(const char *src, const struct opt *o, const char *v)
 	else
 		sheaf_fmt(what, sizeof(what), "at most %zu characters", sizeof(o->sval) - 1);
 	/* The value kept is the one in effect (an earlier source's, or the default). */
-	char kept[32];
 	if (o->type == OPT_BOOL && o->lval == 2)
 		sheaf_fmt(kept, sizeof(kept), "json");
 	else if (o->type != OPT_STR)
 		sheaf_fmt(kept, sizeof(kept), "%ld", o->lval);
+	else if (o->sval[0])
+		shown(kept, sizeof(kept), o->sval, strlen(o->sval));
+	else
+		sheaf_fmt(kept, sizeof(kept), "none");
+	shown(val, sizeof(val), v, vlen);
 	sheaf_os_print("sheaf: %s%sSHEAF_%s='%s' ignored: accepted %s (keeping %s)", src ? src : "",
-		       src ? ": " : "", o->name, v, what,
-		       o->type != OPT_STR ? kept :
-		       o->sval[0]         ? o->sval :
-					    "none");
+		       src ? ": " : "", o->name, val, what, kept);
 }
 
 static struct opt *find_exact(const char *name)
@@ -275,16 +294,14 @@ static void apply_entry(struct opt *o, const char *v, size_t vlen)
 	char vbuf[1024];
 	if (o->set)
 		return;
-	if (vlen >= sizeof(vbuf)) {
-		sheaf_os_print("sheaf: SHEAF_OPTIONS: SHEAF_%s's value of %zu bytes ignored: "
-			       "accepted at most %zu",
-			       o->name, vlen, sizeof(vbuf) - 1);
+	if (vlen >= sizeof(vbuf)) { /* longer than any option takes: refused, never cut */
+		bad_value("SHEAF_OPTIONS", o, v, vlen);
 		return;
 	}
 	memcpy(vbuf, v, vlen);
 	vbuf[vlen] = 0;
 	if (parse_into(o, vbuf) != 0)
-		bad_value("SHEAF_OPTIONS", o, vbuf);
+		bad_value("SHEAF_OPTIONS", o, vbuf, vlen);
 }
 
 static void apply_combined(const char *s)
@@ -347,7 +364,7 @@ void sheaf_options_init(void)
 		sheaf_fmt(var, sizeof(var), "SHEAF_%s", opts[i].name);
 		const char *v = env(var);
 		if (v && !opts[i].set && parse_into(&opts[i], v) != 0)
-			bad_value(NULL, &opts[i], v);
+			bad_value(NULL, &opts[i], v, strlen(v));
 	}
 	atomic_store(&options_ready, 1);
 }

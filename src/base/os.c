@@ -188,7 +188,9 @@ int sheaf_os_getcpu(void)
 
 static __attribute__((format(printf, 1, 0))) void os_vprint(const char *fmt, va_list ap)
 {
-	char buf[512];
+	/* 1 KiB: an option's line shows two values of up to 48 bytes, each byte of them up
+	 * to four when escaped (options.c shown()), and the choices. */
+	char buf[1024];
 	int n = (int)sheaf_vfmt(buf, sizeof(buf) - 1, fmt,
 				ap); /* base/error.h: no stdio, no malloc */
 	if (n == 0 || buf[n - 1] != '\n')

@@ -130,19 +130,60 @@ SHEAF_API void sheaf_stats_reset(struct sheaf_cache *c)
 	X(capacity_default) X(capacity_grows) X(capacity_shrinks)
 /* clang-format on */
 
-/* @s as a JSON string: quotes and backslashes escaped, control characters as \u00XX
- * (a cache's name is the program's; sheaf_stats.h promises one JSON object). */
-static void json_string(FILE *f, const char *s)
+/* Length of the UTF-8 sequence at @s (1-4), or 0 when it is not a valid one (a stray
+ * continuation byte, an overlong form, a surrogate, past U+10FFFF, cut short). */
+static int utf8_len(const unsigned char *s)
 {
+	unsigned char c = s[0];
+	int n = c >= 0xc2 && c <= 0xdf ? 2 :
+		c >= 0xe0 && c <= 0xef ? 3 :
+		c >= 0xf0 && c <= 0xf4 ? 4 :
+					 0;
+	if (!n)
+		return 0;
+	unsigned char lo = 0x80, hi = 0xbf; /* the second byte's range */
+	if (c == 0xe0)
+		lo = 0xa0;
+	else if (c == 0xed)
+		hi = 0x9f;
+	else if (c == 0xf0)
+		lo = 0x90;
+	else if (c == 0xf4)
+		hi = 0x8f;
+	if (s[1] < lo || s[1] > hi)
+		return 0;
+	for (int i = 2; i < n; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return n;
+}
+
+/* @s as a JSON string: quotes and backslashes escaped, control characters as \u00XX,
+ * valid UTF-8 as it is and any other byte as U+FFFD (a cache's name is the program's,
+ * and the copy in sheaf_stats is cut at 47 bytes, maybe inside a character;
+ * sheaf_stats.h promises one JSON object). */
+static void json_string(FILE *f, const char *str)
+{
+	const unsigned char *s = (const unsigned char *)str;
 	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-		if (ch == '"' || ch == '\\')
+	while (*s) {
+		unsigned char ch = *s;
+		if (ch == '"' || ch == '\\') {
 			fprintf(f, "\\%c", ch);
-		else if (ch < 0x20 || ch == 0x7f)
+		} else if (ch < 0x20 || ch == 0x7f) {
 			fprintf(f, "\\u%04x", ch);
-		else
+		} else if (ch >= 0x80) {
+			int n = utf8_len(s);
+			if (n) {
+				fwrite(s, 1, (size_t)n, f);
+				s += n;
+				continue;
+			}
+			fputs("\\ufffd", f);
+		} else {
 			fputc(ch, f);
+		}
+		s++;
 	}
 	fputc('"', f);
 }

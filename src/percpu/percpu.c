@@ -751,14 +751,18 @@ static sheaf_noinline void drain_fork_orphans(void)
 	for (;;) {
 		struct sheaf_tcache *victim = NULL;
 		sheaf_mutex_lock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
-		if (!sheaf_list_empty(&fork_orphans))
+		if (!sheaf_list_empty(&fork_orphans)) {
 			victim = sheaf_list_first(&fork_orphans, struct sheaf_tcache, link);
-		else
+			/* Off the list before the lock goes: two threads of the child took
+			 * the same one and destroyed it twice until 2026-11-29. */
+			sheaf_list_del(&victim->link);
+		} else {
 			atomic_store(&fork_orphans_pending, 0);
+		}
 		sheaf_mutex_unlock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
 		if (!victim)
 			break;
-		tcache_destroy(victim, false); /* unlinks it from fork_orphans */
+		tcache_destroy(victim, false); /* already off fork_orphans */
 	}
 }
 

@@ -85,6 +85,18 @@ static const struct opt_case cases[] = {
 	{ "SHEAF_VERBOSE", "json", SHEAF_OPT_VERBOSE, 0, NULL,
 	  "SHEAF_VERBOSE='json' ignored: accepted 0 or 1 (keeping 0)" },
 	{ "SHEAF_STATS", "JSON", SHEAF_OPT_STATS, 2, NULL, NULL },
+	/* A long value is shown cut with its length, so that the line keeps its end (a
+	 * value of 500 bytes lost it, 2026-11-29). */
+	{ "SHEAF_FREE_CHECKS",
+	  "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01"
+	  "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01"
+	  "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01"
+	  "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01"
+	  "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01"
+	  "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01"
+	  "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01",
+	  SHEAF_OPT_FREE_CHECKS, 1, NULL,
+	  "\\x01\\x01... (140 bytes)' ignored: accepted 0 or 1 (keeping 1)" },
 };
 
 /* The same with SHEAF_OPTIONS set too (an earlier source): the line names the value
@@ -199,7 +211,9 @@ static void test_options_long(void)
 	th_run_child(long_child, NULL, &r);
 	CHECKF(r.exited && r.status == 0, "1,100-byte value: exit %d (3: not refused): %s",
 	       r.status, r.err);
-	CHECKF(strstr(r.err, "SHEAF_OPTIONS: SHEAF_SHEAF_CAPACITY's value of 1100 bytes ignored") &&
+	CHECKF(strstr(r.err, "SHEAF_OPTIONS: SHEAF_SHEAF_CAPACITY='1111") &&
+		       strstr(r.err, "... (1100 bytes)' ignored: accepted an integer in 0..4096 "
+				     "(keeping 0)") &&
 		       strchr(r.err, '\n') == r.err + strlen(r.err) - 1,
 	       "1,100-byte value: expected one line, got: %s", r.err);
 }

@@ -264,6 +264,19 @@ static void test_stats_output(void)
 	CHECK(strchr(buf, '\n') == buf + strlen(buf) - 1); /* one line */
 	free(buf);
 	sheaf_cache_destroy(odd);
+	/* UTF-8 stays; a character cut by the 47-byte copy of the name becomes U+FFFD. */
+	odd = sheaf_cache_create("caf\xc3\xa9-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\xc3\xa9", 32,
+				 NULL);
+	REQUIRE(odd);
+	f = open_memstream(&buf, &len);
+	sheaf_stats_print_json(odd, f);
+	fclose(f);
+	CHECKF(strstr(buf,
+		      "{\"name\":\"caf\xc3\xa9-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\\ufffd\",") ==
+		       buf,
+	       "UTF-8 name expected, its cut character as \\ufffd: %s", buf);
+	free(buf);
+	sheaf_cache_destroy(odd);
 	CHECK(strcmp(sheaf_stat_name(SHEAF_STAT_FREE_SLOWPATH), "FREE_SLOWPATH") == 0);
 	CHECK(sheaf_stat_name(SHEAF_STAT_NR) == NULL);
 	struct sheaf_stats small = { .size = 64 };
