@@ -180,11 +180,19 @@ void *malloc_large_alloc(size_t n, size_t align, bool zero)
  * mremap cannot, by a copy.  False (ENOMEM) when @q is lost meanwhile: @p stays. */
 static bool extent_move_to(void *p, size_t len, void *q, size_t nlen)
 {
+	/* @p leaves the registry before mremap unmaps it: from that moment another
+	 * thread's mmap may get the address and register it, and until 2026-11-29 the
+	 * registry then held @p twice, so that the remove after the move could take the new
+	 * owner's entry, whose block kept the old length (realloc racing with large
+	 * mallocs on other threads; contents lost, a crash; adversarial run).  Put back if
+	 * mremap fails: the block is still ours and mapped. */
+	unsigned int vmas = 1;
+	size_t plen = malloc_extent_remove(p, &vmas);
 	if (sheaf_sys_mremap(p, len, nlen, MREMAP_MAYMOVE | MREMAP_FIXED, q) != MAP_FAILED) {
-		malloc_extent_lookup(p, true);
 		CTR_INC(extent_remaps);
 		return true;
 	}
+	(void)malloc_extent_register(p, plen ? plen : len, vmas);
 	/* An extent merged in the cache from neighbouring mappings, or gathered from
 	 * several, may span several of the kernel's mappings, which mremap cannot grow
 	 * (EFAULT): copy it instead.  Some kernels (5.x) unmap the destination before they
@@ -197,7 +205,6 @@ static bool extent_move_to(void *p, size_t len, void *q, size_t nlen)
 		return false;
 	}
 	memcpy(q, p, len);
-	unsigned int vmas;
 	malloc_extent_remove(p, &vmas);
 	malloc_extent_free(p, len, vmas);
 	return true;

@@ -9,6 +9,7 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "harness.h"
 #include <sheaf.h>
@@ -220,6 +221,61 @@ static void t_cross_thread(void)
 	CHECK(c.errors == 0);
 }
 
+/* realloc of large blocks that moves them, racing with other threads' large mallocs:
+ * every block keeps its size and its bytes.  Until 2026-11-29 a moving realloc took its
+ * block out of the extent registry only after mremap had unmapped the old address, which
+ * another thread's mmap could get and register meanwhile: the registry then held the
+ * address twice, and the block that got it was left with the old one's length (usable
+ * size too small, contents lost, a crash; adversarial run). */
+static atomic_int rr_stop, rr_bad;
+static void *rr_worker(void *arg)
+{
+	uint64_t seed = 17 + (uint64_t)(uintptr_t)arg * 1009;
+	char *p[8] = { 0 };
+	size_t sz[8] = { 0 };
+	while (!atomic_load_explicit(&rr_stop, memory_order_relaxed)) {
+		unsigned k = (unsigned)(th_rand(&seed) % 8);
+		size_t n = 65537 + th_rand(&seed) % 400000;
+		if (!p[k]) {
+			p[k] = sheaf_malloc(n);
+			if (!p[k]) {
+				atomic_fetch_add(&rr_bad, 1);
+				break;
+			}
+		} else if (th_rand(&seed) % 4 == 0) {
+			sheaf_free(p[k]);
+			p[k] = NULL;
+			continue;
+		} else {
+			char *q = sheaf_realloc(p[k], n);
+			if (!q || sheaf_usable_size(q) < n ||
+			    (n >= sz[k] && q[sz[k] - 1] != (char)sz[k])) {
+				atomic_fetch_add(&rr_bad, 1);
+				break;
+			}
+			p[k] = q;
+		}
+		sz[k] = n;
+		p[k][n - 1] = (char)n;
+	}
+	for (int k = 0; k < 8; k++)
+		sheaf_free(p[k]);
+	return NULL;
+}
+static void t_realloc_race(void)
+{
+	pthread_t t[4];
+	for (uintptr_t i = 0; i < 4; i++)
+		REQUIRE(pthread_create(&t[i], NULL, rr_worker, (void *)i) == 0);
+	struct timespec d = { 1, 500000000 }; /* 1.5 s: the race showed within 0.1 s */
+	nanosleep(&d, NULL);
+	atomic_store(&rr_stop, 1);
+	for (int i = 0; i < 4; i++)
+		pthread_join(t[i], NULL);
+	CHECKF(atomic_load(&rr_bad) == 0, "%d threads saw a realloc'd block lose its size or bytes",
+	       atomic_load(&rr_bad));
+}
+
 /* A thread that allocates and frees in a key destructor of its own, re-armed every
  * round until glibc stops calling it (after Sheaf's destructor has drained the thread's
  * sheaves, as glibc itself does when it frees a thread's dlerror string after every
@@ -276,5 +332,6 @@ int main(void)
 	RUN(t_thread_exit_then_others_free);
 	RUN(t_fork_with_busy_threads);
 	RUN(t_exit_late_frees);
+	RUN(t_realloc_race);
 	return th_done();
 }
