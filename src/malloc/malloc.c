@@ -122,6 +122,9 @@ malloc_report(enum sheaf_error_kind kind, const char *fn, const char *what, cons
 		sheaf_error(kind, cache ? cache : "malloc", ptr, "%s: %s", fn, what);
 }
 
+/* malloc_impl.h: the program's call site of the entry point this thread is in. */
+__thread const void *malloc_site;
+
 /* ---- Class caches -------------------------------------------------------------- */
 
 struct sheaf_cache *_Atomic sheaf_malloc_classes[SHEAF_SC_COUNT];
@@ -440,7 +443,7 @@ void sheaf_free_slowpath(void *p)
 			sheaf_cache_free(fc, p);
 		else /* free and sheaf_free tail-call us (malloc.h): our return
 			* address is the program's call site, for a debug cache */
-			sheaf_cache_free_caller(fc, p, __builtin_return_address(0));
+			sheaf_cache_free_caller(fc, p, SITE_OR(__builtin_return_address(0)));
 	} else {
 		sheaf_malloc_free_slow(p, n ? n->cache : NULL, "free");
 	}
@@ -452,7 +455,17 @@ __attribute__((aligned(64))) void sheaf_free(void *p)
 	sheaf_free_inline(p);
 }
 
+static void *calloc_at(size_t nmemb, size_t size);
+
 void *sheaf_calloc(size_t nmemb, size_t size)
+{
+	SITE_ENTER();
+	void *p = calloc_at(nmemb, size);
+	SITE_LEAVE();
+	return p;
+}
+
+static void *calloc_at(size_t nmemb, size_t size)
 {
 	size_t n;
 	if (unlikely(__builtin_mul_overflow(nmemb, size, &n))) {
@@ -474,6 +487,26 @@ void *sheaf_calloc(size_t nmemb, size_t size)
  * slab geometry) and not free (its mark, confirmed).  Reported otherwise. */
 static bool class_ptr_ok(struct sheaf_cache *c, const void *p, const char *fn)
 {
+	/* A debug class (SHEAF_SLAB_DEBUG) has no mark: its slab geometry and state word
+	 * tell (until 2026-11-29 such a pointer passed unchecked, so that
+	 * malloc_usable_size answered for an interior or freed pointer and realloc copied
+	 * from one; adversarial run). */
+	if (unlikely(c->debug_flags)) {
+		if (!sheaf_slab_check_obj(c, p, fn)) {
+			CTR_INC(errors); /* reported there */
+			return false;
+		}
+		if (likely(!sheaf_debug_slab_is_free(c, p)))
+			return true;
+		malloc_report(strcmp(fn, "malloc_usable_size") ? SHEAF_ERR_DOUBLE_FREE :
+								 SHEAF_ERR_INVALID_POINTER,
+			      fn,
+			      strcmp(fn, "malloc_usable_size") ?
+				      "the block is already free" :
+				      "the block is free (a use after free)",
+			      p, c->name, (size_t)-1);
+		return false;
+	}
 	if (unlikely(c->free_checks && !sheaf_obj_is_start(c, p))) {
 		malloc_report(SHEAF_ERR_INTERIOR, fn, "not the start of an allocated block", p,
 			      c->name, (size_t)-1);
@@ -534,7 +567,17 @@ size_t sheaf_usable_size(const void *p)
 	return p ? usable_size(p, "malloc_usable_size") : 0;
 }
 
+static void *realloc_at(void *p, size_t n);
+
 void *sheaf_realloc(void *p, size_t n)
+{
+	SITE_ENTER();
+	void *q = realloc_at(p, n);
+	SITE_LEAVE();
+	return q;
+}
+
+static void *realloc_at(void *p, size_t n)
 {
 	if (!p)
 		return sheaf_malloc(n);
@@ -638,9 +681,13 @@ void sheaf_free_sized(void *p, size_t size)
 		 * aligned allocation reaches class i. */
 		if (likely(size <= SHEAF_SC_MAX && sheaf_sc_index(size) == (unsigned int)i) ||
 		    (size <= sheaf_sc_size[i] &&
-		     align_reachable(sheaf_sc_index(size), (unsigned int)i)))
-			sheaf_cache_free(c, p);
-		else if (class_ptr_ok(c, p, "sheaf_free_sized"))
+		     align_reachable(sheaf_sc_index(size), (unsigned int)i))) {
+			/* A debug class records the program's call site (ours from here). */
+			if (unlikely(c->debug_flags))
+				sheaf_cache_free_caller(c, p, __builtin_return_address(0));
+			else
+				sheaf_cache_free(c, p);
+		} else if (class_ptr_ok(c, p, "sheaf_free_sized"))
 			malloc_report(SHEAF_ERR_SIZE_MISMATCH, "sheaf_free_sized",
 				      "size does not match the allocation", p, c->name, size);
 	} else if (!c && !is_boot(p)) {
@@ -679,7 +726,7 @@ sheaf_noinline void *sheaf_malloc_class_miss(struct sheaf_cache *c)
 {
 	/* Tail-called by the inline paths: the return address is the program's call
 	 * site, which a debug cache records. */
-	const void *caller = __builtin_return_address(0);
+	const void *caller = SITE_OR(__builtin_return_address(0));
 	int e = errno;
 	void *o = NULL;
 	if (sheaf_likely(!malloc_big_class_spills(c)))
@@ -723,54 +770,4 @@ int sheaf_malloc_trim(void)
 	}
 	/* The core does not say what shrink released: report the extents. */
 	return count != 0;
-}
-
-int sheaf_malloc_posix_memalign(void **memptr, size_t align, size_t size)
-{
-	if (align < sizeof(void *) || (align & (align - 1)) != 0)
-		return EINVAL;
-	int e = errno;
-	void *p = sheaf_aligned_alloc(align, size);
-	int r = p ? 0 : errno;
-	errno = e;
-	if (p)
-		*memptr = p;
-	return r;
-}
-
-void *sheaf_malloc_memalign(size_t align, size_t size)
-{
-	if (align > SIZE_MAX / 2 + 1) {
-		errno = EINVAL;
-		return NULL;
-	}
-	if (align == 0)
-		align = 1;
-	if (align & (align - 1))
-		align = (size_t)1 << (64 - __builtin_clzll((unsigned long long)align));
-	return sheaf_aligned_alloc(align, size);
-}
-
-void *sheaf_malloc_valloc(size_t size)
-{
-	return sheaf_aligned_alloc(PAGE, size);
-}
-
-void *sheaf_malloc_pvalloc(size_t size)
-{
-	if (size > SIZE_LIMIT) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	return sheaf_aligned_alloc(PAGE, size ? round_up(size, PAGE) : PAGE);
-}
-
-void *sheaf_malloc_reallocarray(void *p, size_t nmemb, size_t size)
-{
-	size_t n;
-	if (__builtin_mul_overflow(nmemb, size, &n)) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	return sheaf_realloc(p, n);
 }

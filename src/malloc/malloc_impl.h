@@ -21,6 +21,20 @@ static inline size_t round_up(size_t n, size_t a)
 	return (n + a - 1) & ~(a - 1);
 }
 
+/* The program's call site of the entry point this thread is in, for a debug class's
+ * tracks (docs/debugging.md "Sites"), where that entry point reaches the class caches
+ * through a call of its own (calloc, realloc, posix_memalign): the slow paths below
+ * otherwise take their own return address, the program's when they are tail-called,
+ * but an address inside Sheaf from these (shown as sheaf_calloc+0x1c until 2026-11-29,
+ * adversarial run).  NULL outside them; malloc.c. */
+extern __thread const void *malloc_site;
+#define SITE_ENTER()                           \
+	const void *site_outer_ = malloc_site; \
+	if (!site_outer_)                      \
+	malloc_site = __builtin_return_address(0)
+#define SITE_LEAVE() (malloc_site = site_outer_)
+#define SITE_OR(ra)  (malloc_site ? malloc_site : (ra))
+
 /* malloc.c: counters of the front end's own paths (sheaf_malloc_counters_get). */
 struct malloc_counters {
 	_Atomic uint64_t extent_maps, extent_reuses, extent_gathers, extent_moves, extent_merges,

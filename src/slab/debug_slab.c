@@ -451,6 +451,12 @@ int sheaf_debug_slab_alloc(struct sheaf_cache *c, void *obj, const void *caller)
 	return rc;
 }
 
+bool sheaf_debug_slab_is_free(const struct sheaf_cache *c, const void *obj)
+{
+	const struct meta *m = meta_of(c, (char *)obj - c->obj_offset);
+	return __atomic_load_n(&m->state, __ATOMIC_RELAXED) != STATE_ALLOC;
+}
+
 int sheaf_debug_slab_free(struct sheaf_cache *c, void *obj, const void *caller)
 {
 	unsigned f = c->debug_flags;

@@ -269,6 +269,9 @@ void sheaf_debug_slab_init(struct sheaf_cache *c, void *first_slot, unsigned nsl
 /* Nonzero: corruption was reported; the core leaks that object. */
 int sheaf_debug_slab_alloc(struct sheaf_cache *c, void *obj, const void *caller);
 int sheaf_debug_slab_free(struct sheaf_cache *c, void *obj, const void *caller);
+/* Is the object start @obj of debug cache @c not handed out (free, or its state word
+ * overwritten)?  For a check that frees nothing (malloc_usable_size, realloc's). */
+bool sheaf_debug_slab_is_free(const struct sheaf_cache *c, const void *obj);
 /* Debug flags selected for a cache name by SHEAF_SLAB_DEBUG. */
 unsigned sheaf_debug_slab_flags_for(const char *name);
 

@@ -65,6 +65,15 @@ int main(int argc, char **argv)
 	} else if (!strcmp(argv[1], "double")) {
 		free(p);
 		free(p);
+	} else if (!strcmp(argv[1], "usable")) {
+		printf("usable %zu\n", malloc_usable_size(p + 8)); /* interior */
+	} else if (!strcmp(argv[1], "realloc-freed")) {
+		free(p);
+		printf("realloc %p\n", realloc(p, 200)); /* warn mode: NULL, nothing done */
+	} else if (!strcmp(argv[1], "calloc-overflow")) {
+		char *volatile c = calloc(1, 100);
+		c[malloc_usable_size(c)] = 0;
+		free(c);
 	}
 	puts("survived");
 	return 0;
@@ -102,6 +111,24 @@ check '[ $rc -ne 0 ] && grep -q "sheaf: buffer overflow: cache .*: red zone over
 run double
 check '[ $rc -ne 0 ] && grep -q "double free" "$work/pre-double.log" && ! grep -q survived "$work/pre-double.out"' \
 	"double free() (rc $rc)" "$work/pre-double.log"
+
+# A debug class checks what frees nothing too, and every entry point records the
+# program's call site (until 2026-11-29 malloc_usable_size answered for an interior
+# pointer, realloc copied from a freed one under warn, and calloc's, realloc's,
+# posix_memalign's and free_sized's sites were inside the library).
+run usable
+check '[ $rc -ne 0 ] && grep -q "sheaf: interior pointer: .*malloc_usable_size of a pointer that is not the start" "$work/pre-usable.log"' \
+	"malloc_usable_size of an interior pointer of a debug class is reported (rc $rc)" "$work/pre-usable.log"
+timeout 60 env LD_PRELOAD="$lib" SHEAF_ON_ERROR=warn "$work/heapbugs" realloc-freed \
+	>"$work/pre-realloc-freed.out" 2>"$work/pre-realloc-freed.log"
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "realloc (nil)" "$work/pre-realloc-freed.out" &&
+	grep -q "double free: .*realloc: the block is already free" "$work/pre-realloc-freed.log"' \
+	"realloc of a freed block of a debug class: reported, NULL, nothing copied (rc $rc)" "$work/pre-realloc-freed.log"
+run calloc-overflow
+check '[ $rc -ne 0 ] && grep -q "buffer overflow" "$work/pre-calloc-overflow.log" &&
+	grep -q "last allocated at 0x[0-9a-f]* ($site" "$work/pre-calloc-overflow.log"' \
+	"a calloc'd block's allocation site is the program's (rc $rc)" "$work/pre-calloc-overflow.log"
 
 echo "1..$n"
 [ $fails -eq 0 ]
