@@ -90,10 +90,11 @@ run() {
 # the recorded caller is inside libsheaf-malloc.so and main is deeper than the frames
 # kept: there the report must still name the allocation and free sites, as addresses
 # in the library ("(/...libsheaf-malloc.so+0x...") or its exported malloc or free
-# ("(malloc+0x...", since the class slow path moved out of line on 2026-11-28).
+# ("(malloc+0x...", since the class slow path moved out of line on 2026-11-28; calloc the
+# same).
 site="main+"
 if grep -q '^CMAKE_BUILD_TYPE:STRING=Debug$' "$build/CMakeCache.txt" 2>/dev/null; then
-	site="\(/\|malloc+\|free+\)"
+	site="\(/\|malloc+\|calloc+\|free+\)"
 fi
 run uaf
 check '[ $rc -ne 0 ] && ! grep -q survived "$work/pre-uaf.out" &&
