@@ -144,6 +144,7 @@ void *malloc_large_alloc(size_t n, size_t align, bool zero)
 		return NULL;
 	}
 	malloc_fork_handlers_ensure();
+	const int saved_errno = errno; /* a success after a refused mapping keeps it */
 	size_t len = 0;
 	unsigned int vmas = 1;
 	if (align < PAGE)
@@ -158,11 +159,18 @@ void *malloc_large_alloc(size_t n, size_t align, bool zero)
 		}
 		CTR_INC(extent_maps);
 	}
-	if (unlikely(!malloc_extent_register(p, len, vmas))) {
+	/* The registry's table may have to grow, a mapping of its own, which the kernel
+	 * may refuse at an address-space limit after the block's own mapping succeeded:
+	 * what Sheaf keeps goes back first, as for any refused mapping (docs/malloc.md
+	 * "Limits"; until 2026-11-29 the block was unmapped and NULL returned at once,
+	 * with hundreds of MB of freed heap still mapped; adversarial run). */
+	if (unlikely(!malloc_extent_register(p, len, vmas)) &&
+	    (!sheaf_malloc_reclaim() || !malloc_extent_register(p, len, vmas))) {
 		(void)sheaf_os_unmap(p, len);
 		errno = ENOMEM;
 		return NULL;
 	}
+	errno = saved_errno;
 	CTR_INC(extent_allocs);
 	/* A program of large blocks only may never grow Sheaf's heap to the reaper's
 	 * threshold: its live extents count too, so that the ones it frees still go back

@@ -82,6 +82,9 @@ struct sheaf_heap {
 	size_t dirty_stuck;      /* dirty bytes the last purge could not reach (runs below
 				   purge_order): while dirty_bytes stays at or below it no purge
 				   walks the lists (page.c maybe_purge_locked) */
+	size_t dirty_retry;      /* after a purge that left dirt it could not reach, the
+				   dirty bytes at which the bound's purge walks again: one walk
+				   per slack freed, not one per page (page.c purge_locked) */
 	size_t purge_walks;      /* purges that walked the free lists (tests) */
 	size_t dirty_low;        /* the least dirty_bytes since decay_epoch_ns: what stayed
 				       unused through the whole epoch (page.c, decay) */
