@@ -31,6 +31,9 @@ thread) san=(-fsanitize=thread) ;;
 esac
 limit=4000000
 [ ${#san[@]} -eq 0 ] || limit=unlimited # the sanitizers reserve terabytes of shadow
+# The example's free_rcu and destroy run liburcu's barrier, whose hand-off TSan cannot
+# see (tests/stress/rcu.tsan.supp, docs/rcu.md "Sanitizers").
+export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$src/tests/stress/rcu.tsan.supp"
 if ! "$cc" -std=gnu11 -Wall -Wextra -Werror -Wno-unused-variable "${san[@]}" -I"$src/include" "$tmp/example.c" \
 	-o "$tmp/example" -L"$build" -lsheaf -Wl,-rpath,"$build" 2>"$tmp/cc.err"; then
 	cat "$tmp/example.c" "$tmp/cc.err"
