@@ -275,15 +275,14 @@ static struct opt *find(const char *name)
 	return o;
 }
 
-/* An option by a name of @nlen bytes, not terminated (a SHEAF_OPTIONS entry's). */
-static struct opt *find_n(const char *name, size_t nlen)
+/* An option by a name of @nlen bytes, not terminated (a SHEAF_OPTIONS entry's), copied
+ * into @nbuf (64 bytes; cut to 63, which no option's name reaches) for a report. */
+static struct opt *find_n(const char *name, size_t nlen, char *nbuf)
 {
-	char nbuf[64];
-	if (nlen >= sizeof(nbuf))
-		return NULL;
-	memcpy(nbuf, name, nlen);
-	nbuf[nlen] = 0;
-	return find(nbuf);
+	size_t n = SHEAF_MIN(nlen, (size_t)63);
+	memcpy(nbuf, name, n);
+	nbuf[n] = 0;
+	return n == nlen ? find(nbuf) : NULL;
 }
 
 /* One SHEAF_OPTIONS entry for @o: its value @v of @vlen bytes, not terminated.  Read in
@@ -315,20 +314,16 @@ static void apply_combined(const char *s)
 			sheaf_os_print("sheaf: SHEAF_OPTIONS: '%s' has no value; ignored", p);
 			return;
 		}
-		struct opt *o = find_n(p, (size_t)(eq - p));
+		char name[64];
+		struct opt *o = find_n(p, (size_t)(eq - p), name);
 		const char *v = eq + 1;
 		bool rest = o == &opts[SHEAF_OPT_FAKE_NUMA] || o == &opts[SHEAF_OPT_SLAB_DEBUG];
 		const char *comma = rest ? NULL : strchr(v, ',');
 		size_t vlen = comma ? (size_t)(comma - v) : strlen(v);
-		if (o) {
+		if (o)
 			apply_entry(o, v, vlen);
-		} else {
-			char nb[64]; /* the name alone, cut to 63 bytes */
-			size_t nl = SHEAF_MIN((size_t)(eq - p), sizeof(nb) - 1);
-			memcpy(nb, p, nl);
-			nb[nl] = 0;
-			sheaf_os_print("sheaf: SHEAF_OPTIONS: unknown option '%s' ignored", nb);
-		}
+		else
+			sheaf_os_print("sheaf: SHEAF_OPTIONS: unknown option '%s' ignored", name);
 		if (!comma)
 			return;
 		p = comma + 1;

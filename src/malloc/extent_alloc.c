@@ -195,12 +195,12 @@ static bool extent_move_to(void *p, size_t len, void *q, size_t nlen)
 	 * mallocs on other threads; contents lost, a crash; adversarial run).  Put back if
 	 * mremap fails: the block is still ours and mapped. */
 	unsigned int vmas = 1;
-	size_t plen = malloc_extent_remove(p, &vmas);
+	(void)malloc_extent_remove(p, &vmas);
 	if (sheaf_sys_mremap(p, len, nlen, MREMAP_MAYMOVE | MREMAP_FIXED, q) != MAP_FAILED) {
 		CTR_INC(extent_remaps);
 		return true;
 	}
-	(void)malloc_extent_register(p, plen ? plen : len, vmas);
+	(void)malloc_extent_register(p, len, vmas);
 	/* An extent merged in the cache from neighbouring mappings, or gathered from
 	 * several, may span several of the kernel's mappings, which mremap cannot grow
 	 * (EFAULT): copy it instead.  Some kernels (5.x) unmap the destination before they

@@ -483,6 +483,18 @@ static void *calloc_at(size_t nmemb, size_t size)
 	return p;
 }
 
+/* @p of class @c is known free (not through the mark): a free or a realloc of it is a
+ * double free, malloc_usable_size of it a use after free. */
+static void report_freed(struct sheaf_cache *c, const void *p, const char *fn)
+{
+	if (strcmp(fn, "malloc_usable_size") != 0)
+		malloc_report(SHEAF_ERR_DOUBLE_FREE, fn, "the block is already free", p, c->name,
+			      (size_t)-1);
+	else
+		malloc_report(SHEAF_ERR_INVALID_POINTER, fn, "the block is free (a use after free)",
+			      p, c->name, (size_t)-1);
+}
+
 /* A class object @p of @c that the program may use: the start of an object (the
  * slab geometry) and not free (its mark, confirmed).  Reported otherwise. */
 static bool class_ptr_ok(struct sheaf_cache *c, const void *p, const char *fn)
@@ -498,13 +510,7 @@ static bool class_ptr_ok(struct sheaf_cache *c, const void *p, const char *fn)
 		}
 		if (likely(!sheaf_debug_slab_is_free(c, p)))
 			return true;
-		malloc_report(strcmp(fn, "malloc_usable_size") ? SHEAF_ERR_DOUBLE_FREE :
-								 SHEAF_ERR_INVALID_POINTER,
-			      fn,
-			      strcmp(fn, "malloc_usable_size") ?
-				      "the block is already free" :
-				      "the block is free (a use after free)",
-			      p, c->name, (size_t)-1);
+		report_freed(c, p, fn);
 		return false;
 	}
 	if (unlikely(c->free_checks && !sheaf_obj_is_start(c, p))) {
@@ -527,13 +533,7 @@ static bool class_ptr_ok(struct sheaf_cache *c, const void *p, const char *fn)
 	/* ASan builds track freed objects themselves instead of the mark (slab/track.h). */
 	if (SHEAF_TRACK_ASAN && sheaf_track_cache(c) && sheaf_track_asan_ok(c) &&
 	    unlikely(sheaf_track_is_poisoned(p))) {
-		if (strcmp(fn, "malloc_usable_size") != 0)
-			malloc_report(SHEAF_ERR_DOUBLE_FREE, fn, "the block is already free", p,
-				      c->name, (size_t)-1);
-		else
-			malloc_report(SHEAF_ERR_INVALID_POINTER, fn,
-				      "the block is free (a use after free)", p, c->name,
-				      (size_t)-1);
+		report_freed(c, p, fn);
 		return false;
 	}
 	return true;

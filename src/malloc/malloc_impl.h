@@ -30,8 +30,7 @@ static inline size_t round_up(size_t n, size_t a)
 extern __thread const void *malloc_site;
 #define SITE_ENTER()                           \
 	const void *site_outer_ = malloc_site; \
-	if (!site_outer_)                      \
-	malloc_site = __builtin_return_address(0)
+	malloc_site = site_outer_ ? site_outer_ : __builtin_return_address(0)
 #define SITE_LEAVE() (malloc_site = site_outer_)
 #define SITE_OR(ra)  (malloc_site ? malloc_site : (ra))
 
