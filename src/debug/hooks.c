@@ -244,24 +244,17 @@ SHEAF_API enum sheaf_debug_state sheaf_debug_object_state(const void *addr)
 	return s;
 }
 
-/* Walk one bucket for records in [lo, hi): report each active one once and
- * run its fix-up (without the lock), then drop every record there -- also one
- * a fix-up left active: the memory is going away. */
-#define CHECK_REPORTED_MAX 16
-
-static bool was_reported(const uintptr_t *r, int n, uintptr_t a)
-{
-	for (int i = 0; i < n; i++)
-		if (r[i] == a)
-			return true;
-	return false;
-}
-
+/* Walk one bucket for records in [lo, hi): report each active one and run its
+ * fix-up (without the lock), then drop every record there -- also one a fix-up
+ * left active: the memory is going away.  A reported object's record is dropped
+ * as soon as its fix-up returns, so that the walk, started again, never reports
+ * it twice; until 2026-11-29 a list of 16 reported addresses did that, and an
+ * active object found after the 16th in one bucket (objects closer than 16 bytes,
+ * or a large range whose chunks share a bucket) was dropped with no report and
+ * no fix-up. */
 static void check_bucket(struct bucket *b, uintptr_t lo, uintptr_t hi, const void *caller)
 {
 	struct dobj *dead = NULL;
-	uintptr_t reported[CHECK_REPORTED_MAX];
-	int nrep = 0;
 again:
 	bucket_lock(b);
 	for (struct dobj **pp = &b->head; *pp;) {
@@ -271,12 +264,10 @@ again:
 			pp = &o->next;
 			continue;
 		}
-		if (o->state == SHEAF_DEBUG_STATE_ACTIVE && nrep < CHECK_REPORTED_MAX &&
-		    !was_reported(reported, nrep, a)) {
+		if (o->state == SHEAF_DEBUG_STATE_ACTIVE) {
 			struct snapshot s;
 			dobj_snap(&s, o);
 			bucket_unlock(b);
-			reported[nrep++] = a;
 			/* The program's frame is a few above the core's free path
 			 * (@caller); backtrace() was primed at init. */
 			void *bt[12];
@@ -288,9 +279,18 @@ again:
 				}
 			dobj_report_bt("free", &s, caller, bt + from, SHEAF_MIN(nbt - from, 5));
 			/* The fix-up usually deactivates and frees the object; the
-			 * bucket may have changed meanwhile: walk it again. */
+			 * bucket may have changed meanwhile: walk it again, without
+			 * the object's record if the fix-up left one. */
 			if (s.descr)
 				dobj_fixup(s.descr->fixup_free, (void *)a, s.state);
+			bucket_lock(b);
+			o = dobj_lookup_locked(b, (const void *)a);
+			if (o) {
+				dobj_unlink_locked(b, o);
+				o->next = dead;
+				dead = o;
+			}
+			bucket_unlock(b);
 			goto again;
 		}
 		*pp = o->next;

@@ -5,6 +5,7 @@
  * in a child process), fix-ups run and are counted, legal life cycles are
  * silent, and the record pool keeps its books in both modes.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <time.h>
@@ -293,6 +294,51 @@ static void test_sheaf_free_while_active(void)
 	       r.err);
 	CHECK(result_of(&r, "warnings") == 1);
 	CHECK(result_of(&r, "fixcalls") == 1);
+	CHECK(result_of(&r, "in_use") == 0);
+}
+
+/* More active objects in one bucket than the walk once remembered (16): 32 objects
+ * 8 bytes apart in one 256-byte chunk, freed with the Sheaf object that holds them
+ * and with sheaf_debug_check_no_obj_freed.  Every one is reported and fixed up
+ * (the 17th to 32nd were dropped without either). */
+#define DENSE 32
+static __attribute__((noinline)) void child_free_dense(void *arg)
+{
+	struct sheaf_cache *c = sheaf_cache_create("dobj-dense", DENSE * sizeof(long), NULL);
+	REQUIRE(c != NULL);
+	long *h = sheaf_cache_alloc(c);
+	REQUIRE(h != NULL);
+	static long outside[DENSE] __attribute__((aligned(256)));
+	for (int i = 0; i < DENSE; i++) {
+		sheaf_debug_object_init(&h[i], &timer_descr);
+		sheaf_debug_object_activate(&h[i], &timer_descr);
+		sheaf_debug_object_init(&outside[i], &timer_descr);
+		sheaf_debug_object_activate(&outside[i], &timer_descr);
+	}
+	/* 64 reports, 10 printed with their backtraces: more than the parent reads of
+	 * the child's stderr, so they go to /dev/null and the counts are checked. */
+	int saved = dup(2), null = open("/dev/null", O_WRONLY);
+	REQUIRE(saved >= 0 && null >= 0 && dup2(null, 2) == 2);
+	sheaf_cache_free(c, h);
+	sheaf_debug_check_no_obj_freed(outside, sizeof(outside));
+	REQUIRE(dup2(saved, 2) == 2);
+	close(null);
+	close(saved);
+	struct sheaf_debug_objects_stats s = stats();
+	child_result("warnings", (long)s.warnings);
+	child_result("fixcalls", fix_calls[F_FREE]);
+	child_result("fixups", (long)s.fixups);
+	child_result("in_use", (long)s.objs_in_use);
+}
+
+static void test_free_dense_active(void)
+{
+	struct th_child r;
+	th_run_child(child_free_dense, NULL, &r);
+	CHECKF(r.exited && r.status == 0, "status %d: %s", r.status, r.err);
+	CHECKF(result_of(&r, "warnings") == 2 * DENSE, "%s", r.err);
+	CHECK(result_of(&r, "fixcalls") == 2 * DENSE);
+	CHECK(result_of(&r, "fixups") == 2 * DENSE);
 	CHECK(result_of(&r, "in_use") == 0);
 }
 
@@ -619,6 +665,7 @@ int main(void)
 	RUN(test_activate_after_destroy);
 	RUN(test_free_while_active);
 	RUN(test_sheaf_free_while_active);
+	RUN(test_free_dense_active);
 	RUN(test_malloc_free_while_active);
 	RUN(test_untracked_objects);
 	RUN(test_rate_limit);
