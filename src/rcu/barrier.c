@@ -13,6 +13,11 @@
 
 /* ---- Barriers (K§4.4, D5) ------------------------------------------------------------ */
 
+atomic_ulong rcu_take_seq;
+/* This thread is returning objects a barrier took (their free hooks, such as a debug
+ * object's fix-up, may call a barrier): sheaf_rcu_barrier() must not wait for itself. */
+static __thread int returning_taken; /* nesting depth */
+
 /* What a barrier took back: units it returns itself after its own grace period.  The
  * partly filled pcs sheaves were never submitted (not in rcu_inflight_sheaves). */
 struct taken {
@@ -46,6 +51,9 @@ static void cache_take(struct sheaf_cache *c, struct taken *tk)
 	units_init(&tk->u);
 	tk->submitted = 0;
 	tk->running = false;
+	/* Before anything is taken: a global barrier that finds no unit of @c left
+	 * waits for this one to return what it took (sheaf_rcu_barrier). */
+	atomic_store(&st->taker, atomic_fetch_add(&rcu_take_seq, 1) + 1);
 	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	sheaf_pcs_for_each(c, take_one, tk);
 	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
@@ -84,10 +92,13 @@ static void taken_finish(struct sheaf_cache *c, const struct rcu_ops *ops, struc
 {
 	if (tk->u.units) {
 		ops->sync();
+		returning_taken++;
 		long objs = rcu_units_gp_done(c, &tk->u);
+		returning_taken--;
 		atomic_fetch_sub(&c->rcu_inflight_sheaves, tk->submitted);
 		atomic_fetch_sub(&c->rcu_inflight_objects, objs);
 	}
+	atomic_store(&((struct rcu_state *)c->rcu_priv)->taker, 0);
 	if (tk->running) {
 		struct rcu_state *st = c->rcu_priv;
 		sheaf_mutex_lock(&st->lock, SHEAF_LOCK_RCU_STATE);
@@ -155,6 +166,23 @@ SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 	rcu_wait_finish(ops, online);
 }
 
+/* Is a per-cache barrier that took its units with take number @seq or earlier still
+ * holding them?  Under caches_lock: a cache's rcu_state lives while it is listed. */
+static bool takers_busy(unsigned long seq)
+{
+	bool busy = false;
+	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
+	struct sheaf_list *pos;
+	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches && !busy; pos = pos->next) {
+		struct rcu_state *st =
+			sheaf_container_of(pos, struct sheaf_cache, cache_list)->rcu_priv;
+		unsigned long t = st ? atomic_load(&st->taker) : 0;
+		busy = t && t <= seq;
+	}
+	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
+	return busy;
+}
+
 SHEAF_API void sheaf_rcu_barrier(void)
 {
 	if (atomic_load(&sheaf_g.init_state) != 2)
@@ -174,6 +202,14 @@ SHEAF_API void sheaf_rcu_barrier(void)
 	sheaf_cache_for_each(rcu_cache_flush_locked, NULL);
 	ops->barrier_all();
 	ops->barrier_all();
+	/* A per-cache barrier of another thread may have taken units back before they
+	 * reached liburcu (or claimed a ticket, whose callback then only frees it): they
+	 * are back only when that barrier has returned them, after its own grace period.
+	 * Those that took after this point found nothing of before the call.  Until
+	 * 2026-11-29 this returned while such a barrier still held the objects. */
+	unsigned long seq = atomic_load(&rcu_take_seq);
+	while (!returning_taken && takers_busy(seq))
+		usleep(100);
 	rcu_wait_finish(ops, online);
 }
 

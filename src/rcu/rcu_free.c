@@ -247,6 +247,7 @@ void sheaf_rcu_cache_init(struct sheaf_cache *c)
 		pthread_cond_init(&st->cv, NULL);
 		pthread_mutex_init(&st->barrier_mutex, NULL);
 		units_init(&st->next);
+		atomic_init(&st->taker, 0);
 		c->rcu_priv = st;
 	}
 	/* Without st, free_rcu still works through free_sync().  A TYPESAFE_BY_RCU cache

@@ -61,6 +61,8 @@ extern atomic_uint rcu_flavor_word;
  * frees): the library destructor waits for them (rcu_free.c). */
 extern atomic_long rcu_cbs_pending;
 extern atomic_int rcu_warm_pid; /* the process whose call_rcu worker exists */
+/* Per-cache barriers' takes so far (barrier.c): numbers rcu_state.taker. */
+extern atomic_ulong rcu_take_seq;
 
 #if defined(__SANITIZE_THREAD__)
 void __tsan_acquire(void *addr);
@@ -112,6 +114,10 @@ struct rcu_state {
 	struct rcu_ticket *ticket;     /* in flight (OPEN or RUNNING), or NULL */
 	uint64_t ticket_seq;           /* launches so far */
 	struct rcu_batch *fb;          /* fallback batch being filled */
+	/* The take number (rcu_take_seq) of the barrier that holds units of this cache
+	 * taken back and not yet returned, 0 when none: sheaf_rcu_barrier() waits for it
+	 * (barrier.c).  One at a time, under barrier_mutex. */
+	atomic_ulong taker;
 };
 
 static inline void units_init(struct rcu_units *u)
