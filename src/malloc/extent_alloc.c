@@ -240,6 +240,8 @@ void *malloc_extent_resize(void *p, size_t len, size_t n)
 		return p;
 	/* In place first: a shrink (the tail unmapped), a growth when the pages after it
 	 * are free.  Nobody else may use @p meanwhile (it is being reallocated). */
+	if (nlen < len)
+		malloc_extent_free_check((char *)p + nlen, len - nlen);
 	if (sheaf_sys_mremap(p, len, nlen, 0, NULL) != MAP_FAILED) {
 		malloc_extent_set_len(p, nlen);
 		CTR_INC(extent_remaps);
@@ -266,6 +268,9 @@ void *malloc_extent_resize(void *p, size_t len, size_t n)
 		errno = ENOMEM;
 		return NULL;
 	}
+	/* The last step that can fail is the move itself (rare): the old place is
+	 * checked before its pages go. */
+	malloc_extent_free_check(p, len);
 	if (!extent_move_to(p, len, q, nlen))
 		return NULL;
 	/* A moving realloc counts a malloc and a free (docs/malloc.md, SHEAF_MALLOC_STATS). */

@@ -355,6 +355,7 @@ void sheaf_malloc_free_slow(void *p, struct sheaf_cache *c, const char *fn)
 	size_t len = malloc_extent_remove(p, &vmas);
 	if (len) {
 		CTR_INC(extent_frees);
+		malloc_extent_free_check(p, len);
 		malloc_extent_free(p, len, vmas);
 		return;
 	}

@@ -127,6 +127,18 @@ static inline bool malloc_is_extent_size(size_t n)
 	return n > SHEAF_SC_MAX || (n > SHEAF_SC_BIG_ABOVE && !malloc_big_classes_ok());
 }
 
+/* [@p, @p + @len) of an extent leaves the program (a free, the tail of a shrink, the old
+ * place of a move): the checker that wants every free (debug objects) sees it, as it
+ * sees a class object's in sheaf_cache_free.  Before the memory goes: a fix-up may
+ * still touch it.  Until 2026-11-29 extents were not checked, and an active tracked
+ * object in a freed block above 64 KiB stayed tracked, unreported. */
+static inline void malloc_extent_free_check(const void *p, size_t len)
+{
+	void (*hook)(const void *, size_t) = sheaf_free_check_hook;
+	if (hook)
+		hook(p, len);
+}
+
 /* extent_alloc.c: large blocks. */
 /* A new extent of @n bytes aligned to @align (zeroed with @zero), from the cache or the
  * OS; NULL with errno set. */

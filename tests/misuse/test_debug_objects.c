@@ -369,6 +369,53 @@ static void test_malloc_free_while_active(void)
 	CHECK(result_of(&r, "in_use") == 0); /* no fix-up: tracking ends with the memory */
 }
 
+/* The same for blocks above the classes (extents): a free, the tail a shrinking realloc
+ * gives back, and the old place of a realloc that moves.  Until 2026-11-29 none of
+ * them was checked: the object stayed tracked (active) with no report. */
+#define BIG (4u << 20)
+static void child_malloc_big_free_active(void *arg)
+{
+	(void)arg;
+	char *m = sheaf_malloc(BIG);
+	char *n = sheaf_malloc(BIG);
+	REQUIRE(m && n);
+	void *head = m + 4096, *tail = n + BIG - 4096;
+	sheaf_debug_object_init(head, &plain_descr);
+	sheaf_debug_object_activate(head, &plain_descr);
+	sheaf_debug_object_init(tail, &plain_descr);
+	sheaf_debug_object_activate(tail, &plain_descr);
+	sheaf_free(m);
+	child_result("head", sheaf_debug_object_state(head));
+	n = sheaf_realloc(n, BIG / 4); /* the tail goes */
+	REQUIRE(n != NULL);
+	child_result("tail", sheaf_debug_object_state(tail));
+	void *moved = n + 4096;
+	sheaf_debug_object_init(moved, &plain_descr);
+	sheaf_debug_object_activate(moved, &plain_descr);
+	char *block = sheaf_malloc(BIG); /* likely right after n: the growth moves */
+	char *q = sheaf_realloc(n, 16u * BIG);
+	REQUIRE(q != NULL);
+	child_result("moved", q == n ? -1L : (long)sheaf_debug_object_state(moved));
+	sheaf_free(q);
+	sheaf_free(block);
+	struct sheaf_debug_objects_stats s = stats();
+	child_result("warnings", (long)s.warnings);
+	child_result("in_use", (long)s.objs_in_use);
+}
+
+static void test_malloc_big_free_while_active(void)
+{
+	struct th_child r;
+	th_run_child(child_malloc_big_free_active, NULL, &r);
+	CHECKF(r.exited && r.status == 0, "status %d: %s", r.status, r.err);
+	CHECKF(result_of(&r, "head") == SHEAF_DEBUG_STATE_NONE, "%s", r.err);
+	CHECKF(result_of(&r, "tail") == SHEAF_DEBUG_STATE_NONE, "%s", r.err);
+	long moved = result_of(&r, "moved");
+	CHECKF(moved == SHEAF_DEBUG_STATE_NONE || moved == -1, "%s", r.err);
+	CHECK(result_of(&r, "warnings") == (moved == -1 ? 2 : 3));
+	CHECK(result_of(&r, "in_use") == (moved == -1 ? 1 : 0));
+}
+
 static __attribute__((noinline)) void child_untracked(void *arg)
 {
 	static struct timerish never;
@@ -667,6 +714,7 @@ int main(void)
 	RUN(test_sheaf_free_while_active);
 	RUN(test_free_dense_active);
 	RUN(test_malloc_free_while_active);
+	RUN(test_malloc_big_free_while_active);
 	RUN(test_untracked_objects);
 	RUN(test_rate_limit);
 	RUN(test_single_pool);
