@@ -114,6 +114,11 @@ SHEAF_API void sheaf_stats_reset(struct sheaf_cache *c)
 	 * (it was walked as if live until 2026-11-29: adversarial review). */
 	if (!c || !sheaf_cache_check(c))
 		return;
+	/* Per-thread mode: the caller's own fast-path operations since its last slow path
+	 * are folded in first, to be zeroed too (they showed after the reset until
+	 * 2026-11-29: 19 allocations made before it; per-CPU mode harvests each CPU as it
+	 * locks it). */
+	sheaf_pcs_harvest_self(c);
 	sheaf_pcs_for_each(c, zero_pcs, NULL);
 	for (int i = 0; i < SHEAF_STAT_NR; i++)
 		atomic_store(&c->stat_atomic[i], 0);
