@@ -19,23 +19,6 @@ SHEAF_API const char *sheaf_stat_name(enum sheaf_stat_item item)
 	return (unsigned)item < SHEAF_STAT_NR ? stat_names[item] : NULL;
 }
 
-struct pcs_sum {
-	uint64_t ev[SHEAF_STAT_NR];
-	uint64_t in_pcs;
-	uint64_t slots;
-};
-
-static void sum_pcs(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
-{
-	(void)c;
-	struct pcs_sum *s = arg;
-	for (int i = 0; i < SHEAF_STAT_NR; i++)
-		s->ev[i] += sheaf_rd(pcs->stat[i]);
-	s->slots++;
-}
-
-void sheaf_pcs_stats_gauge(struct sheaf_cache *c, uint64_t *in_pcs, uint64_t *slots);
-
 /* Objects in the prefilled sheaves the program holds: taken from the slabs (so in
  * objects_inuse) but not handed out yet (sheaf_stats.h objects_cached). */
 static uint64_t prefilled_objects(struct sheaf_cache *c)
@@ -61,13 +44,8 @@ SHEAF_API int sheaf_stats_get(struct sheaf_cache *c, struct sheaf_stats *st)
 	tmp.size = (uint32_t)sizeof(tmp);
 	tmp.version = SHEAF_STATS_VERSION;
 	snprintf(tmp.name, sizeof(tmp.name), "%s", c->name);
-	struct pcs_sum s;
-	memset(&s, 0, sizeof(s));
 	sheaf_pcs_harvest_self(c); /* per-thread mode: exact for the caller's own operations */
-	sheaf_pcs_for_each(c, sum_pcs, &s);
-	for (int i = 0; i < SHEAF_STAT_NR; i++)
-		tmp.events[i] =
-			s.ev[i] + atomic_load_explicit(&c->stat_atomic[i], memory_order_relaxed);
+	sheaf_pcs_stats_events(c, tmp.events);
 	sheaf_pcs_stats_gauge(c, &tmp.objects_in_pcs, &tmp.percpu_slots);
 	tmp.object_size = c->object_size;
 	tmp.slot_size = c->slot_size;

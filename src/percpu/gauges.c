@@ -61,3 +61,41 @@ void sheaf_pcs_stats_gauge(struct sheaf_cache *c, uint64_t *in_pcs, uint64_t *sl
 	*in_pcs = a[0];
 	*slots = percpu_cache(c) ? (uint64_t)sheaf_g.ncpus : a[1];
 }
+
+static void sum_events(struct sheaf_cache *c, struct sheaf_pcs *pcs, void *arg)
+{
+	(void)c;
+	uint64_t *ev = arg;
+	for (int i = 0; i < SHEAF_STAT_NR; i++)
+		ev[i] += sheaf_rd(pcs->stat[i]);
+}
+
+static void add_atomic_events(struct sheaf_cache *c, uint64_t *ev)
+{
+	for (int i = 0; i < SHEAF_STAT_NR; i++)
+		ev[i] += atomic_load_explicit(&c->stat_atomic[i], memory_order_relaxed);
+}
+
+/* ---- Events ----------------------------------------------------------------------- */
+
+/* Every event of @c: each pcs's counters plus the cache's atomic ones.  Per-thread mode
+ * reads the atomic ones under pcs_lock, under which an exiting thread's counts move
+ * into them as its pcs leaves the list (tcache_destroy): read after the lock, a count
+ * could be seen twice, or (read before) in neither place, and a counter went back. */
+void sheaf_pcs_stats_events(struct sheaf_cache *c, uint64_t ev[SHEAF_STAT_NR])
+{
+	for (int i = 0; i < SHEAF_STAT_NR; i++)
+		ev[i] = 0;
+	if (percpu_cache(c)) {
+		/* Per-CPU mode: each CPU locked in turn; counts move only at destroy. */
+		sheaf_pcs_for_each(c, sum_events, ev);
+		add_atomic_events(c, ev);
+		return;
+	}
+	sheaf_mutex_lock(&c->pcs_lock, SHEAF_LOCK_PCS_LIST);
+	struct sheaf_list *pos;
+	for (pos = c->pcs_list.next; pos != &c->pcs_list; pos = pos->next)
+		sum_events(c, sheaf_container_of(pos, struct sheaf_pcs, link), ev);
+	add_atomic_events(c, ev);
+	sheaf_mutex_unlock(&c->pcs_lock, SHEAF_LOCK_PCS_LIST);
+}

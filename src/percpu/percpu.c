@@ -463,10 +463,7 @@ static void pcs_free(struct sheaf_cache *c, struct sheaf_pcs *pcs, size_t bytes)
 			sheaf_sheaf_flush(c, m, pcs->stat);
 		sheaf_sheaf_free(c, m);
 	}
-	/* Keep the thread's event counts: they move to the cache's atomic counters. */
-	for (int i = 0; i < SHEAF_STAT_NR; i++)
-		if (pcs->stat[i])
-			sheaf_stat_atomic(c, (enum sheaf_stat_item)i, pcs->stat[i]);
+	sheaf_pcs_fold_stats(c, pcs);
 	sheaf_meta_free(pcs, bytes);
 }
 
@@ -479,7 +476,10 @@ static void tcache_destroy(struct sheaf_tcache *tc, bool owner_alive)
 		if (!pcs)
 			continue;
 		struct sheaf_cache *c = pcs->cache;
+		/* Counts and list in one step under pcs_lock (sheaf_pcs_fold_stats). */
 		sheaf_mutex_lock(&c->pcs_lock, SHEAF_LOCK_PCS_LIST);
+		sheaf_pcs_harvest(pcs);
+		sheaf_pcs_fold_stats(c, pcs);
 		sheaf_list_del(&pcs->link);
 		sheaf_mutex_unlock(&c->pcs_lock, SHEAF_LOCK_PCS_LIST);
 		sheaf_pcs_drain(c, pcs, false);

@@ -134,7 +134,8 @@ void sheaf_pcs_bulk_fit(struct sheaf_cache *c, struct sheaf_pcs *pcs, size_t n);
 /* Flush everything the pcs caches into barns (thread exit) or slabs (@to_slabs). */
 void sheaf_pcs_drain(struct sheaf_cache *c, struct sheaf_pcs *pcs, bool to_slabs);
 void sheaf_pcs_harvest(struct sheaf_pcs *pcs); /* fold fast-path counts into pcs->stat */
-void sheaf_pcs_rebase(struct sheaf_pcs *pcs);  /* after changing main */
+void sheaf_pcs_fold_stats(struct sheaf_cache *c, struct sheaf_pcs *pcs); /* into the cache's */
+void sheaf_pcs_rebase(struct sheaf_pcs *pcs);                            /* after changing main */
 struct sheaf_barn *sheaf_pcs_barn(struct sheaf_cache *c, struct sheaf_pcs *pcs);
 struct sheaf_node *sheaf_pcs_mem_node(struct sheaf_cache *c, struct sheaf_pcs *pcs);
 
@@ -170,6 +171,8 @@ static inline struct sheaf_pcs *sheaf_pcs_current(const struct sheaf_cache *c)
 }
 void sheaf_pcs_shrink_all(struct sheaf_cache *c);
 void sheaf_pcs_stats_gauge(struct sheaf_cache *c, uint64_t *in_pcs, uint64_t *slots);
+/* Every event count of @c, summed as no reader can see one twice or lose one. */
+void sheaf_pcs_stats_events(struct sheaf_cache *c, uint64_t ev[SHEAF_STAT_NR]);
 /* Run fn on every pcs of @c with that pcs locked (shrink, destroy, barrier, stats). */
 void sheaf_pcs_for_each(struct sheaf_cache *c,
 			void (*fn)(struct sheaf_cache *, struct sheaf_pcs *, void *), void *arg);

@@ -88,6 +88,23 @@ void sheaf_pcs_harvest(struct sheaf_pcs *pcs)
 	pcs->size_base = m->size;
 }
 
+/* A pcs that goes away keeps its event counts: they move to the cache's atomic ones.
+ * A thread's exit does it under pcs_lock as its pcs leaves the list, the lock under
+ * which sheaf_pcs_stats_events reads both: a reader between the two steps saw the
+ * counts nowhere, and counters went back (a thread's 300 allocations, 2026-11-29).
+ * What its drain adds after that joins in pcs_free: new events, late, never taken
+ * back. */
+void sheaf_pcs_fold_stats(struct sheaf_cache *c, struct sheaf_pcs *pcs)
+{
+	for (int i = 0; i < SHEAF_STAT_NR; i++) {
+		uint64_t v = sheaf_rd(pcs->stat[i]);
+		if (v) {
+			sheaf_stat_atomic(c, (enum sheaf_stat_item)i, v);
+			sheaf_wr(pcs->stat[i], 0);
+		}
+	}
+}
+
 void sheaf_pcs_rebase(struct sheaf_pcs *pcs)
 {
 	/* SHEAF_DEBUG=2: every slow path ends with the walkers. */
