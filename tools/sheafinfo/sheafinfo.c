@@ -428,18 +428,18 @@ static int read_cache(const struct instance *in, uint64_t addr, struct cache_inf
 	if (rd_or_die(addr, b, len))
 		goto out;
 
-	/* Identity: a NUL-terminated printable name, a sane geometry, and (below) nodes
-	 * that point back at this cache -- the per-cache check that we are reading a live
-	 * cache and not memory that was reused. */
+	/* Identity: a NUL-terminated name, a sane geometry, and (below) nodes that point
+	 * back at this cache -- the per-cache check that we are reading a live cache and
+	 * not memory that was reused.  A name is the program's, any bytes, maybe none
+	 * (sheaf_cache_create copies it as given): until 2026-11-29 a name that was not
+	 * printable ASCII (UTF-8, a tab, "") left the cache out, counted as "changing too
+	 * fast to read" although the program was idle. */
 	size_t nl = ix->cache_name.size < sizeof(ci->name) ? ix->cache_name.size :
 							     sizeof(ci->name) - 1;
 	memcpy(ci->name, b + ix->cache_name.off, nl);
 	ci->name[nl] = 0;
-	if (strlen(ci->name) >= nl || !ci->name[0])
+	if (strlen(ci->name) >= nl)
 		goto out;
-	for (char *p = ci->name; *p; p++)
-		if (!isprint((unsigned char)*p))
-			goto out;
 	ci->object_size = get_field(b, ix->cache_object_size);
 	ci->slot_size = get_field(b, ix->cache_slot_size);
 	ci->objs_per_slab = get_field(b, ix->cache_objs_per_slab);
@@ -959,6 +959,19 @@ static const char *mode_name(const struct instance *in)
 	return in->mode == 1 ? "per-CPU" : "per-thread";
 }
 
+/* A name for the table: control characters as \xNN, so that a name keeps its row (a
+ * newline in it broke the table); other bytes as they are.  @out holds 4 per byte. */
+static void show_name(char *out, const char *name)
+{
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+		if (*p < 0x20 || *p == 0x7f)
+			out += sprintf(out, "\\x%02x", *p);
+		else
+			*out++ = (char)*p;
+	}
+	*out = 0;
+}
+
 static void print_table(const struct snapshot *s, const char *comm)
 {
 	uint64_t used = 0, total = 0, mem = 0, caches_used = 0;
@@ -1005,11 +1018,12 @@ static void print_table(const struct snapshot *s, const char *comm)
 			snprintf(hit, sizeof(hit), "-");
 		else
 			snprintf(hit, sizeof(hit), "%d.%d", h / 10, h % 10);
-		char name[80];
+		char shown[4 * sizeof(c->name)], name[sizeof(shown) + 16];
+		show_name(shown, c->name);
 		if (ninst > 1)
-			snprintf(name, sizeof(name), "%s [%d]", c->name, c->inst);
+			snprintf(name, sizeof(name), "%s [%d]", shown, c->inst);
 		else
-			snprintf(name, sizeof(name), "%s", c->name);
+			snprintf(name, sizeof(name), "%s", shown);
 		printf("%-24s %7llu %10llu %10llu %7llu %8llu %8llu %9s %6s\n", name,
 		       (unsigned long long)c->object_size, (unsigned long long)used_objs(c),
 		       (unsigned long long)c->objects_total, (unsigned long long)c->slabs,
@@ -1019,17 +1033,44 @@ static void print_table(const struct snapshot *s, const char *comm)
 	}
 }
 
-static void json_str(const char *s)
+/* Length of the UTF-8 sequence at @s (2-4), or 0 when it is not a valid one (a stray
+ * continuation byte, an overlong form, a surrogate, past U+10FFFF, cut short). */
+static int utf8_len(const unsigned char *s)
 {
+	unsigned char c = s[0];
+	int n = c >= 0xc2 && c <= 0xdf ? 2 :
+		c >= 0xe0 && c <= 0xef ? 3 :
+		c >= 0xf0 && c <= 0xf4 ? 4 :
+					 0;
+	unsigned char lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+	unsigned char hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+	if (!n || s[1] < lo || s[1] > hi)
+		return 0;
+	for (int i = 2; i < n; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return n;
+}
+
+/* A string as JSON: quotes and backslashes escaped, control characters as \u00XX, valid
+ * UTF-8 as it is and any other byte as U+FFFD (a cache's name and the command name
+ * are any bytes; the library's JSON statistics write them the same way). */
+static void json_str(const char *str)
+{
+	const unsigned char *s = (const unsigned char *)str;
 	putchar('"');
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
+	while (*s) {
+		unsigned char ch = *s;
+		int n = ch >= 0x80 ? utf8_len(s) : 1;
 		if (ch == '"' || ch == '\\')
 			printf("\\%c", ch);
-		else if (ch < 0x20)
+		else if (ch < 0x20 || ch == 0x7f)
 			printf("\\u%04x", ch);
+		else if (!n)
+			fputs("\\ufffd", stdout);
 		else
-			putchar(ch);
+			fwrite(s, 1, (size_t)n, stdout);
+		s += n ? n : 1;
 	}
 	putchar('"');
 }

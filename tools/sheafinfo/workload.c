@@ -11,7 +11,8 @@
  *   q     quit
  * Built twice: sheafinfo-workload uses malloc (run it under the preload library),
  * sheafinfo-workload-linked (-DWORKLOAD_LINKED, linked with libsheaf.a) uses its
- * own cache "workload-100".
+ * own cache "workload-100", and with SHEAF_TEST_CACHE_NAME set, also a cache of that
+ * name holding 7 objects (a name sheafinfo must show whatever bytes it holds).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,11 @@ int main(void)
 		perror("sheaf_cache_create");
 		return 1;
 	}
+	const char *odd = getenv("SHEAF_TEST_CACHE_NAME");
+	struct sheaf_cache *named = odd ? sheaf_cache_create(odd, 24, NULL) : NULL;
+	for (int i = 0; named && i < 7; i++)
+		if (!sheaf_cache_alloc(named))
+			return 1;
 #endif
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("ready\n");
