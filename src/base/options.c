@@ -309,10 +309,20 @@ static void apply_combined(const char *s)
 	 * which take the rest of the string when they come last. */
 	const char *p = s;
 	while (*p) {
-		const char *eq = strchr(p, '=');
-		if (!eq) {
-			sheaf_os_print("sheaf: SHEAF_OPTIONS: '%s' has no value; ignored", p);
-			return;
+		/* The '=' of this entry, not of a later one: "verbose,stats=1" was read as
+		 * an unknown option 'verbose,stats' and its stats=1 lost (until 2026-11-29). */
+		size_t elen = strcspn(p, ",");
+		const char *eq = memchr(p, '=', elen);
+		if (!elen || !eq) { /* an empty entry (",,") is skipped, as a trailing ',' */
+			char name[64];
+			find_n(p, elen, name);
+			if (elen)
+				sheaf_os_print("sheaf: SHEAF_OPTIONS: '%s' has no value; ignored",
+					       name);
+			if (!p[elen])
+				return;
+			p += elen + 1;
+			continue;
 		}
 		char name[64];
 		struct opt *o = find_n(p, (size_t)(eq - p), name);

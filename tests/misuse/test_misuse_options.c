@@ -55,6 +55,11 @@ static const struct opt_case cases[] = {
 	{ "SHEAF_OPTIONS", "SHEAF_SHEAF_CAPACITY=9", SHEAF_OPT_SHEAF_CAPACITY, 9, NULL, NULL },
 	{ "SHEAF_OPTIONS", "sheaf_capacity", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL,
 	  "SHEAF_OPTIONS: 'sheaf_capacity' has no value; ignored" },
+	/* An entry without a value ends at its ',' (2026-11-29: "verbose,sheaf_capacity=7"
+	 * was an unknown option 'verbose,sheaf_capacity', and the 7 was lost). */
+	{ "SHEAF_OPTIONS", "verbose,sheaf_capacity=7", SHEAF_OPT_SHEAF_CAPACITY, 7, NULL,
+	  "SHEAF_OPTIONS: 'verbose' has no value; ignored" },
+	{ "SHEAF_OPTIONS", "stats=0,,sheaf_capacity=6", SHEAF_OPT_SHEAF_CAPACITY, 6, NULL, NULL },
 	{ "SHEAF_SLAB_DEBUG", "QQQ", SHEAF_OPT_SLAB_DEBUG, 0, "",
 	  "SHEAF_SLAB_DEBUG='QQQ' ignored: accepted letters of F Z P U T A O -" },
 	{ "SHEAF_SLAB_DEBUG", "fz,opts;P,other", SHEAF_OPT_SLAB_DEBUG, 0, "fz,opts;P,other", NULL },
