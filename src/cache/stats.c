@@ -193,7 +193,11 @@ static void emit(struct sheaf_cache *c, FILE *f, bool json)
 		fprintf(f, "}}");
 		return;
 	}
-	fprintf(f, "cache %s (%s)\n", st.name, sheaf_percpu_mode());
+	/* sheaf_fmt writes the name's control characters as \xNN: a newline in it broke
+	 * the block's first line in two (until 2026-11-29). */
+	char head[4 * sizeof(st.name) + 48];
+	sheaf_fmt(head, sizeof(head), "cache %s (%s)", st.name, sheaf_percpu_mode());
+	fprintf(f, "%s\n", head);
 	for (int i = 0; i < SHEAF_STAT_NR; i++)
 		fprintf(f, "  %-24s : %llu\n", stat_names[i], (unsigned long long)st.events[i]);
 #define X(g) fprintf(f, "  %-24s : %llu\n", #g, (unsigned long long)st.g);

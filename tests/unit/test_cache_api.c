@@ -263,6 +263,14 @@ static void test_stats_output(void)
 	       "escaped name expected: %s", buf);
 	CHECK(strchr(buf, '\n') == buf + strlen(buf) - 1); /* one line */
 	free(buf);
+	/* The text's header line too: its control characters as \xNN, so that a newline
+	 * in the name cannot start a line of its own (printed raw until 2026-11-29). */
+	f = open_memstream(&buf, &len);
+	sheaf_stats_print(odd, f);
+	fclose(f);
+	CHECKF(strstr(buf, "cache say \"hi\" C:\\t\\x0a\\x01 (") == buf,
+	       "escaped name expected in the text: %s", buf);
+	free(buf);
 	sheaf_cache_destroy(odd);
 	/* UTF-8 stays; a character cut by the 47-byte copy of the name becomes U+FFFD. */
 	odd = sheaf_cache_create("caf\xc3\xa9-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\xc3\xa9", 32,
