@@ -340,8 +340,6 @@ static void apply_combined(const char *s)
 	}
 }
 
-static atomic_int options_ready;
-
 /* A secure-execution process (setuid, setgid, file capabilities: AT_SECURE) ignores
  * every SHEAF_* variable, as glibc ignores its malloc tunables there: nobody may
  * weaken the checks (SHEAF_ON_ERROR=warn, SHEAF_FREE_CHECKS=0) or make a privileged
@@ -356,7 +354,7 @@ static const char *env(const char *name)
 	return sheaf_options_secure() ? NULL : getenv(name);
 }
 
-void sheaf_options_init(void)
+static void options_read(void)
 {
 	for (int i = 0; i < SHEAF_OPT_NR; i++)
 		if (!opts[i].set)
@@ -371,14 +369,24 @@ void sheaf_options_init(void)
 		if (v && !opts[i].set && parse_into(&opts[i], v) != 0)
 			bad_value(NULL, &opts[i], v, strlen(v));
 	}
-	atomic_store(&options_ready, 1);
+}
+
+/* Options are read once (docs/options.md), whoever asks first: until 2026-11-29 they
+ * were read again by every start-up attempt and by sheaf_init after an early report had
+ * read them, so that each refused value's line came again (25 times in a program that
+ * retried a create 25 times under SHEAF_HEAP_GB=0).  sheaf_option_set writes its value
+ * into the table itself, so nothing it sets needs a second reading. */
+static pthread_once_t options_once = PTHREAD_ONCE_INIT;
+
+void sheaf_options_init(void)
+{
+	pthread_once(&options_once, options_read);
 }
 
 /* error.c: the error mode, also for a report made before Sheaf initialised. */
 int sheaf_options_on_error_warn(void)
 {
-	if (!atomic_load(&options_ready))
-		sheaf_options_init();
+	sheaf_options_init();
 	return !strcmp(opts[SHEAF_OPT_ON_ERROR].sval, "warn");
 }
 

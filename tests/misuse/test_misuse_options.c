@@ -223,10 +223,45 @@ static void test_options_long(void)
 	       "1,100-byte value: expected one line, got: %s", r.err);
 }
 
+/* Options are read once: a refused value's line comes once, though a report made before
+ * Sheaf started read the options, and though the start-up failed and was tried again
+ * (SHEAF_HEAP_GB=0; until 2026-11-29 the line came again on each attempt). */
+static void once_child(void *arg)
+{
+	setenv("SHEAF_STATS", "bogus", 1);
+	setenv("SHEAF_ON_ERROR", "warn", 1);
+	if (arg)
+		setenv("SHEAF_HEAP_GB", "0", 1);
+	sheaf_cache_alloc(NULL); /* reported (warn): reads the options */
+	for (int i = 0; i < 3; i++)
+		if (sheaf_cache_create("opts", 64, NULL))
+			_exit(arg ? 2 : 0);
+	_exit(arg ? 0 : 3);
+}
+
+static void test_options_read_once(void)
+{
+	for (int heap0 = 0; heap0 < 2; heap0++) {
+		struct th_child r;
+		th_run_child(once_child, heap0 ? (void *)1 : NULL, &r);
+		const char *line = "SHEAF_STATS='bogus' ignored", *p = r.err;
+		int n = 0;
+		while ((p = strstr(p, line)) != NULL) {
+			n++;
+			p++;
+		}
+		CHECKF(r.exited && r.status == 0 && n == 1,
+		       "%s: exit %d, the refused value's line %d times: %s",
+		       heap0 ? "SHEAF_HEAP_GB=0, 3 creates" : "a report before start-up", r.status,
+		       n, r.err);
+	}
+}
+
 int main(void)
 {
 	RUN(test_strict_options);
 	RUN(test_option_set_names);
 	RUN(test_options_long);
+	RUN(test_options_read_once);
 	return th_done();
 }
