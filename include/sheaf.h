@@ -84,7 +84,8 @@ struct sheaf_cache_args {
  * (EINVAL for size 0, a size whose slot is over SHEAF_MAX_OBJECT_SIZE (the object
  * with what the cache keeps beside it: a constructor or SHEAF_TYPESAFE_BY_RCU cache
  * takes objects up to 1 MiB - 16 bytes, a debug cache less), a bad alignment, a
- * sheaf_capacity over SHEAF_MAX_SHEAF_CAPACITY or an undefined flag; ENOMEM);
+ * sheaf_capacity over SHEAF_MAX_SHEAF_CAPACITY or whose sheaf would hold more than
+ * SHEAF_MAX_SHEAF_BYTES of objects, or an undefined flag; ENOMEM);
  * on success errno is left as it was.
  *
  * Misuse (README "Errors"): a NULL or destroyed cache, an interior, foreign or
@@ -131,7 +132,8 @@ SHEAF_API void sheaf_cache_shrink(struct sheaf_cache *c);
 /* Change the sheaf capacity at run time (D2).  Sheaves of the old
  * capacity drain lazily.  The cache then keeps this capacity: it no longer
  * adapts its own (docs/design.md, D2).  Returns 0 or -EINVAL (0, above
- * SHEAF_MAX_SHEAF_CAPACITY, or a cache without sheaves). */
+ * SHEAF_MAX_SHEAF_CAPACITY, a sheaf of more than SHEAF_MAX_SHEAF_BYTES of objects, or a
+ * cache without sheaves). */
 SHEAF_API int sheaf_cache_set_capacity(struct sheaf_cache *c, unsigned int capacity);
 /* The cache's name and object size; a NULL, destroyed or foreign handle is reported
  * (README "Errors") and gives NULL and 0 (under SHEAF_ON_ERROR=warn). */

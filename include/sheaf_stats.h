@@ -86,7 +86,10 @@ struct sheaf_stats {
 	uint64_t rcu_inflight_sheaves; /* sheaves waiting for a grace period */
 	uint64_t rcu_inflight_objects; /* objects waiting in rcu_free sheaves or grace periods */
 	uint64_t bytes_from_os;        /* slab bytes currently held */
-	uint64_t bytes_returned;       /* slab bytes given back to the OS over the cache's life */
+	/* Slab bytes the cache gave back to the page heap over its life; the heap gives
+	 * free pages to the OS after SHEAF_PURGE_MS, or reuses them (the OS's figure is
+	 * sheaf_global_stats.heap_returned). */
+	uint64_t bytes_returned;
 	uint64_t nodes;
 	uint64_t percpu_slots; /* CPUs (per-CPU mode) or live threads (per-thread mode) */
 	uint64_t barn_locks;   /* barn lock acquisitions over the cache's life */
