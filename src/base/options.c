@@ -227,7 +227,11 @@ static void shown(char *out, size_t cap, const char *v, size_t vlen)
 static void bad_value(const char *src, const struct opt *o, const char *v, size_t vlen)
 {
 	char what[96], val[256], kept[256]; /* shown(): 48 bytes, 4 each escaped */
-	if (o->type == OPT_LONG)
+	/* Too long is said as such: a SHEAF_SLAB_DEBUG naming many caches was told its
+	 * letters were wrong (until 2026-11-29). */
+	if (o->type == OPT_STR && vlen >= sizeof(o->sval))
+		sheaf_fmt(what, sizeof(what), "at most %zu bytes", sizeof(o->sval) - 1);
+	else if (o->type == OPT_LONG)
 		sheaf_fmt(what, sizeof(what), "an integer in %ld..%ld", o->min, o->max);
 	else if (o->type == OPT_BOOL)
 		sheaf_fmt(what, sizeof(what), "%s",
@@ -242,7 +246,7 @@ static void bad_value(const char *src, const struct opt *o, const char *v, size_
 			  "N of 1..%d, then optionally ':memoryless=' nodes of 1..N-1",
 			  SHEAF_MAX_NODES);
 	else
-		sheaf_fmt(what, sizeof(what), "at most %zu characters", sizeof(o->sval) - 1);
+		sheaf_fmt(what, sizeof(what), "at most %zu bytes", sizeof(o->sval) - 1);
 	/* The value kept is the one in effect (an earlier source's, or the default). */
 	if (o->type == OPT_BOOL && o->lval == 2)
 		sheaf_fmt(kept, sizeof(kept), "json");

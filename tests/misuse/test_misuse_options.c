@@ -18,6 +18,10 @@ struct opt_case {
 	const char *msg;      /* expected in the one line; NULL: no line at all */
 };
 
+/* 300 bytes of cache names (a value that is well formed, only too long). */
+#define NAMES10  "n1,n2,n3,n"
+#define NAMES100 NAMES10 NAMES10 NAMES10 NAMES10 NAMES10 NAMES10 NAMES10 NAMES10 NAMES10 NAMES10
+
 static const struct opt_case cases[] = {
 	{ "SHEAF_SHEAF_CAPACITY", "4294967297", SHEAF_OPT_SHEAF_CAPACITY, 0, NULL,
 	  "SHEAF_SHEAF_CAPACITY='4294967297' ignored: accepted an integer in 0..4096 (keeping 0)" },
@@ -60,6 +64,9 @@ static const struct opt_case cases[] = {
 	{ "SHEAF_OPTIONS", "verbose,sheaf_capacity=7", SHEAF_OPT_SHEAF_CAPACITY, 7, NULL,
 	  "SHEAF_OPTIONS: 'verbose' has no value; ignored" },
 	{ "SHEAF_OPTIONS", "stats=0,,sheaf_capacity=6", SHEAF_OPT_SHEAF_CAPACITY, 6, NULL, NULL },
+	/* Too long is said as such (2026-11-29: "accepted letters of F Z P U ..."). */
+	{ "SHEAF_SLAB_DEBUG", "F," NAMES100 NAMES100 NAMES100, SHEAF_OPT_SLAB_DEBUG, 0, "",
+	  "... (302 bytes)' ignored: accepted at most 255 bytes (keeping none)" },
 	{ "SHEAF_SLAB_DEBUG", "QQQ", SHEAF_OPT_SLAB_DEBUG, 0, "",
 	  "SHEAF_SLAB_DEBUG='QQQ' ignored: accepted letters of F Z P U T A O -" },
 	{ "SHEAF_SLAB_DEBUG", "fz,opts;P,other", SHEAF_OPT_SLAB_DEBUG, 0, "fz,opts;P,other", NULL },
