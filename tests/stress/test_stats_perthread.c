@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 #include <sheaf.h>
 #include <sheaf_stats.h>
+#include <stdlib.h>
 #include <string.h>
 
 static struct sheaf_cache *cache;
@@ -65,8 +66,9 @@ static void *spawner(void *arg)
 	(void)arg;
 	for (int k = 0; k < 1500; k++) {
 		pthread_t t[2];
-		for (int i = 0; i < 2; i++)
-			REQUIRE(pthread_create(&t[i], NULL, brief, NULL) == 0);
+		for (int i = 0; i < 2; i++) /* not REQUIRE: the harness counts in main only */
+			if (pthread_create(&t[i], NULL, brief, NULL) != 0)
+				abort();
 		for (int i = 0; i < 2; i++)
 			pthread_join(t[i], NULL);
 	}
