@@ -171,10 +171,10 @@ static void json_string(FILE *f, const char *str)
 	fputc('"', f);
 }
 
-static void emit(struct sheaf_cache *c, FILE *f, bool json)
+/* One cache's statistics, already read, as text or JSON. */
+static void emit_stats(const struct sheaf_stats *sp, FILE *f, bool json)
 {
-	struct sheaf_stats st = { .size = sizeof(st) };
-	sheaf_stats_get(c, &st);
+	const struct sheaf_stats st = *sp;
 	if (json) {
 		fputs("{\"name\":", f);
 		json_string(f, st.name);
@@ -205,6 +205,13 @@ static void emit(struct sheaf_cache *c, FILE *f, bool json)
 #undef X
 }
 
+static void emit(struct sheaf_cache *c, FILE *f, bool json)
+{
+	struct sheaf_stats st = { .size = sizeof(st) };
+	sheaf_stats_get(c, &st);
+	emit_stats(&st, f, json);
+}
+
 /* A NULL cache is reported like any bad handle (it printed nothing, silently, until
  * 2026-11-29); a NULL stream prints nothing. */
 SHEAF_API void sheaf_stats_print(struct sheaf_cache *c, FILE *f)
@@ -221,38 +228,53 @@ SHEAF_API void sheaf_stats_print_json(struct sheaf_cache *c, FILE *f)
 	}
 }
 
-struct all_arg {
-	FILE *f;
-	bool json;
-	int n;
-};
-
-static void emit_one(struct sheaf_cache *c, void *arg)
+/* The statistics of the @n-th cache of the registry; false past its end.  Read under
+ * caches_lock, written after it (print_all): a stream allocates its buffer at its first
+ * write, and under the preload library that malloc may create a size class, which
+ * takes caches_lock -- printing under it hung for good (sheaf_stats_print_all to a
+ * fopen'd file or an open_memstream, 2026-11-29).  A cache destroyed meanwhile moves the
+ * later ones up, so one of them may be left out; none is printed twice (a new cache
+ * joins at the end). */
+static bool nth_stats(size_t n, struct sheaf_stats *st)
 {
-	struct all_arg *a = arg;
-	if (a->json)
-		fputs(a->n ? ",\n" : "\n", a->f);
-	emit(c, a->f, a->json);
-	a->n++;
+	bool found = false;
+	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
+	for (struct sheaf_list *pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches;
+	     pos = pos->next) {
+		if (n--)
+			continue;
+		memset(st, 0, sizeof(*st));
+		st->size = sizeof(*st);
+		found = sheaf_stats_get(sheaf_container_of(pos, struct sheaf_cache, cache_list),
+					st) == 0;
+		break;
+	}
+	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
+	return found;
 }
 
-/* The cache list lock is held while printing: creation and destruction wait. */
+static void print_all(FILE *f, bool json)
+{
+	struct sheaf_stats st;
+	for (size_t n = 0; atomic_load(&sheaf_g.init_state) == 2 && nth_stats(n, &st); n++) {
+		if (json)
+			fputs(n ? ",\n" : "\n", f);
+		emit_stats(&st, f, json);
+	}
+}
+
 SHEAF_API void sheaf_stats_print_all(FILE *f)
 {
-	if (!f || atomic_load(&sheaf_g.init_state) != 2)
-		return;
-	struct all_arg a = { f, false, 0 };
-	sheaf_cache_for_each(emit_one, &a);
+	if (f)
+		print_all(f, false);
 }
 
 SHEAF_API void sheaf_stats_print_all_json(FILE *f)
 {
 	if (!f)
 		return;
-	struct all_arg a = { f, true, 0 };
 	fputc('[', f);
-	if (atomic_load(&sheaf_g.init_state) == 2)
-		sheaf_cache_for_each(emit_one, &a);
+	print_all(f, true);
 	fputs("\n]\n", f);
 }
 

@@ -9,11 +9,14 @@
  * first check fails if the replacement goes away.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define N    20000
 #define SIZE 200 /* class 224 */
@@ -47,6 +50,33 @@ static void check_malloc_info(void)
 	 * returned -1 with errno, as the manual page says but glibc does not). */
 	check(r == EINVAL && errno == 0, "malloc_info(1, ...) returns EINVAL, errno untouched", r,
 	      errno);
+}
+
+/* sheaf_stats_print_all (exported by the preload library too) into a stream whose
+ * buffer is allocated as it is written: the stream's mallocs may create size classes,
+ * which the printer must not block (it held the cache list's lock while writing and hung
+ * for good until 2026-11-29).  In a child with an alarm, so that a hang fails the check. */
+static void check_print_all(void)
+{
+	void (*print_all)(FILE *) = (void (*)(FILE *))dlsym(RTLD_DEFAULT, "sheaf_stats_print_all");
+	pid_t pid = print_all ? fork() : -1;
+	if (pid == 0) {
+		alarm(10);
+		char *txt = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&txt, &len);
+		if (!f)
+			_exit(2);
+		print_all(f);
+		fclose(f);
+		_exit(txt && strstr(txt, "cache malloc-224 (") ? 0 : 3);
+	}
+	int st = -1;
+	if (pid > 0)
+		waitpid(pid, &st, 0);
+	check(pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	      "sheaf_stats_print_all into an open_memstream (exit 0, not killed by the alarm)",
+	      WIFEXITED(st) ? WEXITSTATUS(st) : -1, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
 
 int main(void)
@@ -94,6 +124,7 @@ int main(void)
 	free(big);
 
 	check_malloc_info();
+	check_print_all();
 	malloc_stats();
 	return fails ? 1 : 0;
 }
