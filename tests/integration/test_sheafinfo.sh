@@ -189,6 +189,18 @@ PY
 	[ -z "$wpid" ] || stop
 done
 
+# A program whose name holds a control character (an escape here): the header shows it as
+# \xNN instead of writing it to the terminal (written raw until 2026-11-29).
+odd=$tmp/$'wl\x1b[2J'
+cp "$build/tools/sheafinfo/sheafinfo-workload-linked" "$odd"
+if start "$odd" && "$INFO" "$wpid" >"$tmp/tc" 2>&1 && [[ $(head -1 "$tmp/tc") == *'(wl\x1b[2J)'* ]] &&
+	! grep -q $'\x1b' "$tmp/tc"; then
+	ok "a program named with an escape: $(head -1 "$tmp/tc")"
+else
+	bad "a program named with an escape: $(head -1 "$tmp/tc" 2>/dev/null | cat -v)"
+fi
+[ -z "$wpid" ] || stop
+
 # The same figures as the library's own sheaf_stats_get() (no reaper: it could
 # shrink the cache between the two reads).  Also run by hand with SHEAF_PERCPU=thread.
 if SHEAF_REAP_MS=0 start "$build/tools/sheafinfo/sheafinfo-workload-linked" && cmd "a 30000" && cmd f &&

@@ -731,6 +731,20 @@ out:
 	return found;
 }
 
+/* A name as the table and the messages show it: control characters as \xNN, so that a
+ * cache's name keeps its row (a newline in it broke the table) and a process's name
+ * cannot move the terminal's cursor; other bytes as they are.  @out holds 4 per byte. */
+static void show_name(char *out, const char *name)
+{
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+		if (*p < 0x20 || *p == 0x7f)
+			out += sprintf(out, "\\x%02x", *p);
+		else
+			*out++ = (char)*p;
+	}
+	*out = 0;
+}
+
 static void read_comm(char *comm, size_t len)
 {
 	char p[64];
@@ -817,17 +831,20 @@ static void find_instances(void)
 			continue;
 		const char *why = instance_setup(in);
 		if (why) {
-			fprintf(stderr, "%s: %s: %s (ignored)\n", prog, in->path, why);
+			static char path[4 * sizeof(in->path)];
+			show_name(path, in->path);
+			fprintf(stderr, "%s: %s: %s (ignored)\n", prog, path, why);
 			continue;
 		}
 		ninst++;
 	}
 	free(files);
 	if (!ninst) {
-		char comm[64];
+		char comm[64], shown[4 * sizeof(comm)];
 		read_comm(comm, sizeof(comm));
+		show_name(shown, comm);
 		die("process %d (%s) does not use Sheaf: no Sheaf library or program is mapped in it",
-		    (int)target_pid, comm);
+		    (int)target_pid, shown);
 	}
 }
 
@@ -959,19 +976,6 @@ static const char *mode_name(const struct instance *in)
 	return in->mode == 1 ? "per-CPU" : "per-thread";
 }
 
-/* A name for the table: control characters as \xNN, so that a name keeps its row (a
- * newline in it broke the table); other bytes as they are.  @out holds 4 per byte. */
-static void show_name(char *out, const char *name)
-{
-	for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
-		if (*p < 0x20 || *p == 0x7f)
-			out += sprintf(out, "\\x%02x", *p);
-		else
-			*out++ = (char)*p;
-	}
-	*out = 0;
-}
-
 static void print_table(const struct snapshot *s, const char *comm)
 {
 	uint64_t used = 0, total = 0, mem = 0, caches_used = 0;
@@ -981,8 +985,9 @@ static void print_table(const struct snapshot *s, const char *comm)
 		mem += s->c[i].bytes_from_os;
 		caches_used += s->c[i].objects_total ? 1 : 0;
 	}
-	char b1[32], b2[32], b3[32];
-	printf("sheafinfo: process %d (%s), %zu caches (%llu with slabs)", (int)target_pid, comm,
+	char b1[32], b2[32], b3[32], cmd[256];
+	show_name(cmd, strlen(comm) < 64 ? comm : "?");
+	printf("sheafinfo: process %d (%s), %zu caches (%llu with slabs)", (int)target_pid, cmd,
 	       s->n, (unsigned long long)caches_used);
 	if (s->skipped)
 		printf(", %u changing too fast to read", s->skipped);
@@ -992,15 +997,17 @@ static void print_table(const struct snapshot *s, const char *comm)
 		/* Two copies of Sheaf (say libsheaf.so and the preload): numbered, and
 		 * each cache's name carries its copy's number. */
 		char pre[16] = "  ";
+		static char path[4 * sizeof(in->path)]; /* the file's name is anyone's */
+		show_name(path, in->path);
 		if (ninst > 1)
 			snprintf(pre, sizeof(pre), "  [%d] ", i);
 		if (!in->initialised) {
-			printf("%s%s: Sheaf %s, not initialised yet\n", pre, in->path,
+			printf("%s%s: Sheaf %s, not initialised yet\n", pre, path,
 			       in->ix.lib_version);
 			continue;
 		}
 		printf("%s%s: Sheaf %s, %s sheaves, %d CPUs, %d node%s; heap %s mapped (cap %s), %s given back\n",
-		       pre, in->path, in->ix.lib_version, mode_name(in), in->ncpus, in->nnodes,
+		       pre, path, in->ix.lib_version, mode_name(in), in->ncpus, in->nnodes,
 		       in->nnodes > 1 ? "s" : "", human(in->heap_mapped, b1, sizeof(b1)),
 		       human(in->heap_cap, b2, sizeof(b2)),
 		       human(in->heap_returned, b3, sizeof(b3)));
