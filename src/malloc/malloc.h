@@ -320,5 +320,7 @@ void sheaf_preload_foreign_free(void *ptr) __attribute__((weak));
  * with glibc's allocator, after one line on stderr, instead of failing
  * every small malloc; from then on every unknown pointer is glibc's. */
 void *sheaf_preload_fallback_alloc(size_t n, size_t align) __attribute__((weak));
+/* Whether it has (glibc then holds blocks the program allocated: mallinfo.c). */
+bool sheaf_preload_fallback_on(void) __attribute__((weak));
 
 #endif /* SHEAF_LAYER_MALLOC_H */

@@ -22,3 +22,13 @@ for want in '^Arena 0:' '^in use bytes += +[0-9]+' '^max mmap regions' '^sheaf-m
 	fi
 done
 echo "ok malloc_stats prints glibc's lines and Sheaf's classes"
+
+# When the core cannot start (SHEAF_HEAP_GB=0), glibc serves the small blocks, and its
+# figures join Sheaf's: mallinfo2 said 0 bytes in use until 2026-11-29.
+if out=$(SHEAF_HEAP_GB=0 preloaded "$check" fallback 2>&1); then
+	echo "ok the fallback to glibc: $(grep 'uordblks grew' <<<"$out")"
+else
+	echo "$out"
+	echo "FAIL: mallinfo2 under SHEAF_HEAP_GB=0 (glibc serves the small blocks)"
+	exit 1
+fi

@@ -9,6 +9,7 @@
  * per-CPU sheaves, which it locks in turn) and from the extent registry; a call
  * costs a few microseconds per class and touches nothing on the allocation paths.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
@@ -33,6 +34,28 @@ struct figs {
 	size_t ext_count, ext_bytes, xc_count, xc_bytes;
 	uint64_t heap_reserved;
 };
+
+/* When the core could not start, glibc serves the small blocks (preload.c's fallback):
+ * its arena is then the program's small-block memory, and its figures join Sheaf's.
+ * Until 2026-11-29 mallinfo2 said 0 bytes in use under SHEAF_HEAP_GB=0 while the program
+ * held 560,000 bytes of glibc's blocks. */
+static void glibc_figures(struct figs *f)
+{
+	static struct mallinfo2 (*glibc_mallinfo2)(void);
+	if (!sheaf_preload_fallback_on || !sheaf_preload_fallback_on())
+		return;
+	if (!glibc_mallinfo2) /* dlsym may allocate: glibc serves it */
+		*(void **)&glibc_mallinfo2 = dlsym(RTLD_NEXT, "mallinfo2");
+	if (!glibc_mallinfo2)
+		return;
+	struct mallinfo2 g = glibc_mallinfo2();
+	f->slab_bytes += g.arena;
+	f->used_bytes += g.uordblks;
+	f->free_objs += g.ordblks;
+	f->free_bytes += g.fordblks;
+	f->cached_objs += g.smblks;
+	f->cached_bytes += g.fsmblks;
+}
 
 static void gather(struct figs *f)
 {
@@ -62,6 +85,7 @@ static void gather(struct figs *f)
 		f->free_objs += k->slab_free;
 		f->free_bytes += k->slab_free * k->size;
 	}
+	glibc_figures(f);
 	sheaf_malloc_extent_live_stat(&f->ext_count, &f->ext_bytes);
 	sheaf_malloc_extent_cache_stat(&f->xc_count, &f->xc_bytes);
 	struct sheaf_global_stats g = { .size = sizeof(g) };

@@ -119,6 +119,11 @@ void *sheaf_preload_fallback_alloc(size_t n, size_t align)
 	return align > 16 ? __libc_memalign(align, n) : __libc_malloc(n);
 }
 
+bool sheaf_preload_fallback_on(void)
+{
+	return atomic_load_explicit(&fallback_active, memory_order_acquire) != 0;
+}
+
 size_t sheaf_preload_foreign_size(const void *ptr)
 {
 	uintptr_t a = (uintptr_t)ptr;
