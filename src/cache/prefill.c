@@ -27,17 +27,51 @@ static void prefilled_lend(struct sheaf_cache *c, struct sheaf_sheaf *s)
 	sheaf_mutex_unlock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
 }
 
-static void prefilled_unlend(struct sheaf_cache *c, struct sheaf_sheaf *s)
+/* Is @s a sheaf @c lent and the program still holds?  Taken off c->prefilled (@take)
+ * when it is.  Compares addresses only, never reads @s: a returned sheaf may be unmapped
+ * already (an oversize one, or any of more than 505 objects, has a mapping of its own,
+ * meta.c), and a second return or a refill after the return read it and died of
+ * SIGSEGV without a report.  The walk costs one step per sheaf the program holds. */
+static bool prefilled_held(struct sheaf_cache *c, struct sheaf_sheaf *s, bool take)
 {
+	bool found = false;
 	sheaf_mutex_lock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
-	sheaf_list_del(&s->link);
+	for (struct sheaf_list *pos = c->prefilled.next; pos != &c->prefilled; pos = pos->next)
+		if (pos == &s->link) {
+			found = true;
+			break;
+		}
+	if (found && take)
+		sheaf_list_del(&s->link);
 	sheaf_mutex_unlock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
-	s->flags &= ~SHEAF_SH_PREFILLED;
-	sheaf_list_init(&s->link);
+	return found;
+}
+
+/* @s is not a sheaf @c lent: reported, naming the live cache that lent it if one did
+ * (found the same way, without reading @s), else as returned already. */
+static void prefilled_report(struct sheaf_cache *c, struct sheaf_sheaf *s)
+{
+	char owner[sizeof(c->name)] = "";
+	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
+	struct sheaf_list *pos;
+	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches && !owner[0]; pos = pos->next) {
+		struct sheaf_cache *d = sheaf_container_of(pos, struct sheaf_cache, cache_list);
+		if (d != c && prefilled_held(d, s, false))
+			snprintf(owner, sizeof(owner), "%s", d->name);
+	}
+	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
+	if (owner[0])
+		sheaf_error(SHEAF_ERR_WRONG_SHEAF, c->name, s, "a prefilled sheaf of cache '%s'",
+			    owner);
+	else
+		sheaf_error(SHEAF_ERR_WRONG_SHEAF, c->name, s,
+			    "not a prefilled sheaf of this cache (returned already?)");
 }
 
 /* A live cache and a prefilled sheaf of that cache (reported otherwise: a sheaf knows
- * its cache, and one of another cache would mix their objects). */
+ * its cache, and one of another cache would mix their objects).  Reads @s: for
+ * alloc_from, whose caller holds the sheaf (a walk of c->prefilled there would put a
+ * lock on every guaranteed allocation). */
 static bool prefilled_ok(struct sheaf_cache *c, struct sheaf_sheaf *s)
 {
 	if (!sheaf_cache_check(c))
@@ -50,6 +84,19 @@ static bool prefilled_ok(struct sheaf_cache *c, struct sheaf_sheaf *s)
 		else
 			sheaf_error(SHEAF_ERR_WRONG_SHEAF, c->name, s,
 				    "not a prefilled sheaf (returned already?)");
+		return false;
+	}
+	return true;
+}
+
+/* The same for return and refill, without reading @s before it is found among the
+ * sheaves @c lent; taken off the list (@take) for a return. */
+static bool prefilled_held_ok(struct sheaf_cache *c, struct sheaf_sheaf *s, bool take)
+{
+	if (!sheaf_cache_check(c))
+		return false;
+	if (sheaf_unlikely(!prefilled_held(c, s, take))) {
+		prefilled_report(c, s);
 		return false;
 	}
 	return true;
@@ -154,9 +201,10 @@ SHEAF_API unsigned int sheaf_prefilled_size(const struct sheaf_prefilled *p)
 SHEAF_API void sheaf_cache_return(struct sheaf_cache *c, struct sheaf_prefilled *p)
 {
 	struct sheaf_sheaf *s = to_sheaf(p);
-	if (!s || !prefilled_ok(c, s))
+	if (!s || !prefilled_held_ok(c, s, true))
 		return; /* reported; under warn the sheaf and its objects are leaked */
-	prefilled_unlend(c, s);
+	s->flags &= ~SHEAF_SH_PREFILLED;
+	sheaf_list_init(&s->link);
 	uint32_t cap = atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed);
 	if ((s->flags & SHEAF_SH_OVERSIZE) || s->capacity != cap) {
 		sheaf_sheaf_flush(c, s, NULL);
@@ -191,7 +239,7 @@ SHEAF_API void sheaf_cache_return(struct sheaf_cache *c, struct sheaf_prefilled 
 
 SHEAF_API int sheaf_cache_refill(struct sheaf_cache *c, struct sheaf_prefilled **pp, unsigned int n)
 {
-	if (!pp || !*pp || !prefilled_ok(c, to_sheaf(*pp)))
+	if (!pp || !*pp || !prefilled_held_ok(c, to_sheaf(*pp), false))
 		return -EINVAL;
 	if (!cache_capacity_ok(c, n))
 		return -EINVAL;

@@ -607,6 +607,20 @@ static void do_refill_wrong(void *a)
 	struct sheaf_prefilled *p = ms_pf;
 	sheaf_cache_refill(ms_b, &p, 4);
 }
+/* A sheaf returned, then returned again or refilled: an oversize one (more than the
+ * cache's capacity) has a mapping of its own, unmapped by the first return; both calls
+ * read it and died of SIGSEGV, without a report, until 2026-11-29. */
+static void do_return_twice(void *pf)
+{
+	sheaf_cache_return(ms_a, pf);
+	sheaf_cache_return(ms_a, pf);
+}
+static void do_refill_returned(void *pf)
+{
+	struct sheaf_prefilled *p = pf;
+	sheaf_cache_return(ms_a, p);
+	sheaf_cache_refill(ms_a, &p, 4);
+}
 static void do_alloc_null(void *a)
 {
 	(void)a;
@@ -729,6 +743,20 @@ static void test_handles(void)
 	ms_expect_warn("return a prefilled sheaf to another cache", do_return_wrong, NULL,
 		       "wrong sheaf", ms_pf);
 	sheaf_cache_return(ms_a, ms_pf);
+
+	struct sheaf_prefilled *big = sheaf_cache_prefill(ms_a, 1000);
+	REQUIRE(big && sheaf_prefilled_size(big) >= 1000);
+	ms_expect("return an oversize prefilled sheaf twice", do_return_twice, big, "wrong sheaf",
+		  "ms-a", big);
+	ms_expect("refill a returned oversize sheaf", do_refill_returned, big, "wrong sheaf",
+		  "ms-a", big);
+	ms_expect_warn("return an oversize prefilled sheaf twice", do_return_twice, big,
+		       "wrong sheaf", big);
+	sheaf_cache_return(ms_a, big);
+	pf = sheaf_cache_prefill(ms_a, 4);
+	REQUIRE(pf);
+	ms_expect("return a prefilled sheaf twice", do_return_twice, pf, "wrong sheaf", "ms-a", pf);
+	sheaf_cache_return(ms_a, pf);
 
 	void *p = ms_alloc(ms_a);
 	ms_expect("sheaf_cache_alloc(NULL)", do_alloc_null, NULL, "invalid cache", "?", NULL);
