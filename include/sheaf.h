@@ -139,7 +139,10 @@ SHEAF_API int sheaf_cache_set_capacity(struct sheaf_cache *c, unsigned int capac
  * (README "Errors") and gives NULL and 0 (under SHEAF_ON_ERROR=warn). */
 SHEAF_API const char *sheaf_cache_name(const struct sheaf_cache *c);
 SHEAF_API size_t sheaf_cache_object_size(const struct sheaf_cache *c);
-/* The cache that owns @obj, or NULL if Sheaf's slabs do not hold it. */
+/* The cache whose slab holds @obj (any address in it: an object, inside one, or free),
+ * or NULL if no cache's slab holds it, Sheaf's own metadata (a prefilled sheaf) included.
+ * For a malloc block its size class ("malloc-112"), which sheaf_cache_destroy refuses
+ * ("invalid cache"). */
 SHEAF_API struct sheaf_cache *sheaf_cache_of(const void *obj);
 
 /* RCU-deferred free (docs/rcu.md).  The object keeps its contents until a grace

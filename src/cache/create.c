@@ -610,6 +610,15 @@ SHEAF_API void sheaf_cache_destroy(struct sheaf_cache *c)
 		return; /* like free(NULL) */
 	if (!sheaf_cache_check(c))
 		return; /* destroyed twice, or not a cache: reported */
+	if (sheaf_unlikely(c->is_meta || (c->flags & SHEAF_CACHE_MALLOC_CLASS))) {
+		/* A handle sheaf_cache_of() gave for a malloc block (or, until 2026-11-29, for
+		 * Sheaf's own metadata): destroying it broke every later malloc of that class
+		 * ("destroyed cache"), or every sheaf of that size. */
+		sheaf_error(SHEAF_ERR_INVALID_CACHE, c->name, c,
+			    "a cache of Sheaf's own (%s), not one the program created",
+			    c->is_meta ? "metadata" : "a malloc size class");
+		return;
+	}
 	/* D5: wait for this cache's deferred frees only. */
 	sheaf_cache_rcu_barrier(c);
 	/* Unlinked under caches_lock once the reaper is not visiting it (reaper.c). */
@@ -680,5 +689,10 @@ SHEAF_API struct sheaf_cache *sheaf_cache_of(const void *obj)
 	if (atomic_load_explicit(&sheaf_g.init_state, memory_order_acquire) != 2)
 		return NULL;
 	uintptr_t k = sheaf_page_key(obj);
-	return k ? sheaf_key_owner(k)->cache : NULL;
+	if (!k)
+		return NULL;
+	/* Sheaf's own metadata (sheaves, per-thread tables) is no object of the program's:
+	 * its cache's handle would let a call free or destroy what Sheaf itself uses. */
+	struct sheaf_cache *c = sheaf_key_owner(k)->cache;
+	return c->is_meta ? NULL : c;
 }

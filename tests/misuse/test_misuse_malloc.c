@@ -174,6 +174,41 @@ static void test_foreign(void)
 	sheaf_free(big);
 }
 
+/* sheaf_cache_of() names a block's size class (docs/malloc.md), and names no cache for
+ * Sheaf's own metadata (a prefilled sheaf is one); a class is not the program's to
+ * destroy.  Until 2026-11-29 sheaf_cache_of() gave the metadata cache's handle, and
+ * either handle could be destroyed: every later malloc of that class, or every sheaf of
+ * that size, then hit a destroyed cache. */
+static void do_destroy_class(void *p)
+{
+	sheaf_cache_destroy(sheaf_cache_of(p));
+	sheaf_free(sheaf_malloc(100)); /* still works under warn */
+	_exit(0);
+}
+static void test_internal_handles(void)
+{
+	void *p = sheaf_malloc(100);
+	REQUIRE(p);
+	struct sheaf_cache *cl = sheaf_cache_of(p);
+	REQUIRE(cl);
+	expect("destroy of a malloc class", do_destroy_class, p, "invalid cache", "malloc-112", cl);
+	struct th_child r;
+	sheaf_error_set_warn(1);
+	th_run_child(do_destroy_class, p, &r);
+	sheaf_error_set_warn(0);
+	CHECKF(r.exited && r.status == 0 && strstr(r.err, "invalid cache"),
+	       "destroy of a malloc class (warn): exit %d signal %d: %s", r.status, r.sig, r.err);
+	sheaf_free(p);
+
+	struct sheaf_cache *c = sheaf_cache_create("handles", 64, NULL);
+	REQUIRE(c);
+	struct sheaf_prefilled *small = sheaf_cache_prefill(c, 4);
+	REQUIRE(small);
+	CHECK(sheaf_cache_of(small) == NULL); /* a sheaf of a metadata cache */
+	sheaf_cache_return(c, small);
+	sheaf_cache_destroy(c);
+}
+
 /* Under warn, after every kind of misuse: no object handed out twice. */
 static int cmp(const void *x, const void *y)
 {
@@ -324,6 +359,7 @@ int main(void)
 	RUN(test_interior);
 	RUN(test_double_free);
 	RUN(test_foreign);
+	RUN(test_internal_handles);
 	RUN(test_warn_continue);
 	RUN(test_huge_requests);
 	RUN(test_errno_kept);
