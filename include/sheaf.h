@@ -97,7 +97,9 @@ SHEAF_API struct sheaf_cache *sheaf_cache_create(const char *name, size_t size,
 /* Destroy a cache.  Waits for the cache's own RCU-deferred frees (never the
  * global barrier).  Objects still allocated are reported (name, count) on
  * stderr and their memory is kept, never freed under the program; the handle
- * is dead all the same (any later call on it is a destroyed cache). */
+ * is dead all the same (any later call on it is a destroyed cache).  Prefilled
+ * sheaves not returned are reported (count) and their objects, never handed out,
+ * taken back: only objects the program holds count as still allocated. */
 SHEAF_API void sheaf_cache_destroy(struct sheaf_cache *c);
 
 SHEAF_API void *sheaf_cache_alloc(struct sheaf_cache *c);

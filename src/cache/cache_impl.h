@@ -24,6 +24,10 @@ bool cache_free_ptr_ok(struct sheaf_cache *c, const void *obj, uintptr_t key, co
 /* Half the machine's memory (set by sheaf_init): the most one bulk call takes. */
 extern size_t sheaf_bulk_limit;
 
+/* prefill.c: destroy takes back the prefilled sheaves the program did not return;
+ * returns how many, their objects in @objs. */
+unsigned long cache_prefilled_reclaim(struct sheaf_cache *c, unsigned long *objs);
+
 /* create.c: a sheaf (and a prefill) of @n objects of @c is within the bounds. */
 bool cache_capacity_ok(const struct sheaf_cache *c, size_t n);
 

@@ -624,6 +624,11 @@ SHEAF_API void sheaf_cache_destroy(struct sheaf_cache *c)
 	/* Unlinked under caches_lock once the reaper is not visiting it (reaper.c). */
 	sheaf_reaper_unlink(c);
 	sheaf_pcs_teardown_cache(c);
+	unsigned long pf_objs, pf = cache_prefilled_reclaim(c, &pf_objs);
+	if (pf)
+		sheaf_os_print("sheaf: cache '%s' destroyed with %lu prefilled %s not returned "
+			       "(%lu free objects, taken back)",
+			       c->name, pf, pf == 1 ? "sheaf" : "sheaves", pf_objs);
 	barns_flush(c);
 	uint64_t leaked = 0;
 	for (int i = 0; i < sheaf_g.nnodes; i++)

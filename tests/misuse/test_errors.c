@@ -265,6 +265,43 @@ static void test_destroy_leak(void)
 	       "got: %s", r.err);
 }
 
+/* destroy with a prefilled sheaf not returned: the sheaf is named, its objects (never
+ * handed out) go back, and only what the program holds is counted as allocated.  Until
+ * 2026-11-29 a forgotten sheaf of 8 was "121 objects still allocated" (its capacity),
+ * and an empty one was not mentioned. */
+static void do_destroy_prefilled(void *a)
+{
+	(void)a;
+	struct sheaf_cache *c = sheaf_cache_create("lender", 64, NULL);
+	void *p = sheaf_cache_alloc(c);
+	struct sheaf_prefilled *pf = sheaf_cache_prefill(c, 8);
+	if (!p || !pf)
+		_exit(6);
+	sheaf_cache_destroy(c);
+	struct sheaf_cache *d = sheaf_cache_create("lender2", 64, NULL);
+	struct sheaf_prefilled *e = sheaf_cache_prefill(d, 600); /* oversize: its own mapping */
+	if (!e)
+		_exit(7);
+	while (sheaf_cache_alloc_from(d, e))
+		; /* objects leaked on purpose: counted below */
+	sheaf_cache_destroy(d);
+	_exit(0);
+}
+
+static void test_destroy_prefilled(void)
+{
+	struct th_child r;
+	th_run_child(do_destroy_prefilled, NULL, &r);
+	CHECKF(r.exited && r.status == 0, "exit %d sig %d", r.status, r.sig);
+	CHECKF(strstr(r.err, "cache 'lender' destroyed with 1 prefilled sheaf not returned") &&
+		       strstr(r.err, "cache 'lender' destroyed with 1 object still allocated"),
+	       "got: %s", r.err);
+	CHECKF(strstr(r.err, "cache 'lender2' destroyed with 1 prefilled sheaf not returned "
+			     "(0 free objects") &&
+		       strstr(r.err, "cache 'lender2' destroyed with 600 objects still allocated"),
+	       "got: %s", r.err);
+}
+
 /* The handle of a cache destroyed with objects still allocated is dead like any other:
  * an alloc, a free (of a leaked object) and a second destroy are each reported as a
  * destroyed cache, and the leaked objects are untouched.  Until 2026-11-29 the cache
@@ -335,6 +372,7 @@ int main(void)
 	RUN(test_exhaustion);
 	RUN(test_fork);
 	RUN(test_destroy_leak);
+	RUN(test_destroy_prefilled);
 	RUN(test_destroy_leak_dead);
 	RUN(test_free_into_meta);
 	return th_done();
