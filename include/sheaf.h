@@ -132,7 +132,8 @@ SHEAF_API void sheaf_cache_shrink(struct sheaf_cache *c);
 /* ---- Extensions ---------------------------------------------------------- */
 
 /* Change the sheaf capacity at run time (D2).  Sheaves of the old
- * capacity drain lazily.  The cache then keeps this capacity: it no longer
+ * capacity drain lazily; the barns' limits, in bytes of objects (D6,
+ * SHEAF_BARN_BYTES), become as many sheaves of the new capacity.  The cache then keeps this capacity: it no longer
  * adapts its own (docs/design.md, D2).  Returns 0 or -EINVAL (0, above
  * SHEAF_MAX_SHEAF_CAPACITY, a sheaf of more than SHEAF_MAX_SHEAF_BYTES of objects, or a
  * cache without sheaves). */

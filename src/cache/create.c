@@ -673,6 +673,16 @@ SHEAF_API int sheaf_cache_set_capacity(struct sheaf_cache *c, unsigned int capac
 		return -EINVAL;
 	atomic_store(&c->capacity_adaptive, false); /* the caller's choice stays */
 	atomic_store(&c->refill_demand, false);     /* and its sheaves are filled */
+	/* The barns' limits are in bytes of objects (D6), as the adaptive steps set them
+	 * (sheaf_capacity_adapt): until 2026-11-29 they kept the sheaf count of the old
+	 * capacity, and a 64-byte cache set to 4096 kept 256 sheaves, 64 MiB, in its barn
+	 * where SHEAF_BARN_BYTES allows 4.  A kernel-compatible cache keeps its 10/10. */
+	for (int i = 0; c->policy.barn_limits_in_bytes && i < sheaf_g.nnodes; i++) {
+		struct sheaf_barn *b = c->node[i]->barn;
+		sheaf_mutex_lock(&b->lock, SHEAF_LOCK_BARN);
+		sheaf_barn_set_limits(b, (size_t)capacity * c->slot_size);
+		sheaf_mutex_unlock(&b->lock, SHEAF_LOCK_BARN);
+	}
 	atomic_store(&c->sheaf_capacity, capacity);
 	return 0;
 }

@@ -230,6 +230,36 @@ static void test_prefill(void)
 	sheaf_cache_destroy(c);
 }
 
+/* sheaf_cache_set_capacity resizes the barns' limits, which are in bytes (D6): a 64-byte
+ * cache set to 4096 objects a sheaf keeps at most SHEAF_BARN_BYTES (4 MiB) of full
+ * sheaves, 16 of them, not the 256 its default sheaves of 121 were allowed (64 MiB
+ * stayed in the barn until 2026-11-29). */
+static void test_set_capacity_barn(void)
+{
+	struct sheaf_cache *c = sheaf_cache_create("setcap-barn", 64, NULL);
+	REQUIRE(c);
+	REQUIRE(sheaf_cache_set_capacity(c, 4096) == 0);
+	enum {
+		N = 1 << 20
+	}; /* 64 MiB of objects */
+	void **v = malloc(N * sizeof(*v));
+	REQUIRE(v);
+	for (size_t i = 0; i < N; i++) {
+		v[i] = sheaf_cache_alloc(c);
+		REQUIRE(v[i]);
+	}
+	for (size_t i = 0; i < N; i++)
+		sheaf_cache_free(c, v[i]);
+	free(v);
+	struct sheaf_stats st;
+	stats(c, &st);
+	CHECKF(st.sheaf_capacity == 4096 && st.objects_in_barns * 64 <= (4u << 20),
+	       "capacity %llu: %llu objects (%llu KiB) in the barns",
+	       (unsigned long long)st.sheaf_capacity, (unsigned long long)st.objects_in_barns,
+	       (unsigned long long)st.objects_in_barns * 64 / 1024);
+	sheaf_cache_destroy(c);
+}
+
 static void test_stats_output(void)
 {
 	struct sheaf_cache *c = sheaf_cache_create("stats-out", 32, NULL);
@@ -479,6 +509,7 @@ int main(void)
 	RUN(test_prefill);
 	RUN(test_refill_partial);
 	RUN(test_refill_by_demand);
+	RUN(test_set_capacity_barn);
 	RUN(test_stats_output);
 	RUN(test_thread_exit);
 	RUN(test_fork_shrink);
