@@ -73,7 +73,9 @@ struct sheaf_prefilled;
 #define SHEAF_MAX_SHEAF_BYTES    (64u << 20)
 
 struct sheaf_cache_args {
-	size_t align;                /* 0: natural (8, or 16 for sizes >= 16) */
+	size_t align;                /* 0: natural (8, or 16 for sizes >= 16); else a
+					power of two up to 4096 (EINVAL otherwise),
+					at least 8 for sizes >= 8 */
 	unsigned int sheaf_capacity; /* 0: default (D1); otherwise exactly this */
 	unsigned int flags;          /* SHEAF_* above */
 	void (*ctor)(void *);        /* run once per object when its slab is created */
@@ -125,8 +127,10 @@ SHEAF_API int sheaf_cache_refill(struct sheaf_cache *c, struct sheaf_prefilled *
 SHEAF_API void sheaf_cache_return(struct sheaf_cache *c, struct sheaf_prefilled *s);
 SHEAF_API unsigned int sheaf_prefilled_size(const struct sheaf_prefilled *s);
 
-/* Flush every CPU's (or thread's) sheaves and the barns, discard empty slabs
- * and give their memory back to the OS. */
+/* Flush every CPU's sheaves and the barns, discard empty slabs and give their
+ * memory back to the OS.  In per-thread mode only the calling thread's sheaves
+ * are flushed; other threads' go at their next slow path, sheaf_thread_flush()
+ * or exit (README "Limitations"). */
 SHEAF_API void sheaf_cache_shrink(struct sheaf_cache *c);
 
 /* ---- Extensions ---------------------------------------------------------- */
