@@ -18,31 +18,42 @@ static inline struct sheaf_sheaf *to_sheaf(struct sheaf_prefilled *p)
 }
 
 /* A sheaf lent to the program as prefilled: on c->prefilled, where the double-free
- * search finds its objects (they are free until alloc_from hands them out). */
+ * search finds its objects (they are free until alloc_from hands them out).  Marked
+ * under the lock, as prefilled_held takes it off. */
 static void prefilled_lend(struct sheaf_cache *c, struct sheaf_sheaf *s)
 {
-	s->flags |= SHEAF_SH_PREFILLED;
 	sheaf_mutex_lock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
+	s->flags |= SHEAF_SH_PREFILLED;
 	sheaf_list_add(&s->link, &c->prefilled);
 	sheaf_mutex_unlock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
 }
 
-/* Is @s a sheaf @c lent and the program still holds?  Taken off c->prefilled (@take)
- * when it is.  Compares addresses only, never reads @s: a returned sheaf may be unmapped
- * already (an oversize one, or any of more than 505 objects, has a mapping of its own,
- * meta.c), and a second return or a refill after the return read it and died of
- * SIGSEGV without a report.  The walk costs one step per sheaf the program holds. */
+/* Is @s a sheaf @c lent and the program still holds?  Taken off c->prefilled and
+ * unmarked (@take) when it is.  A returned sheaf may be unmapped already: one of more
+ * than 505 objects has a mapping of its own (meta.c), and a second return or a refill
+ * after the return read it and died of SIGSEGV without a report until 2026-11-29.  So
+ * @s is read only where the page map says a metadata slab holds it (mapped while that
+ * slab lives: its mark and cache tell, in O(1)); any other address is looked for in
+ * c->prefilled by address, one step per sheaf the program holds. */
 static bool prefilled_held(struct sheaf_cache *c, struct sheaf_sheaf *s, bool take)
 {
+	uintptr_t k = sheaf_page_key(s);
+	if (k && !sheaf_key_owner(k)->cache->is_meta)
+		return false; /* an object of a cache, not a sheaf */
 	bool found = false;
 	sheaf_mutex_lock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
-	for (struct sheaf_list *pos = c->prefilled.next; pos != &c->prefilled; pos = pos->next)
+	if (k)
+		found = s->cache == c && (s->flags & SHEAF_SH_PREFILLED);
+	for (struct sheaf_list *pos = c->prefilled.next; !k && pos != &c->prefilled;
+	     pos = pos->next)
 		if (pos == &s->link) {
 			found = true;
 			break;
 		}
-	if (found && take)
+	if (found && take) {
 		sheaf_list_del(&s->link);
+		s->flags &= ~SHEAF_SH_PREFILLED;
+	}
 	sheaf_mutex_unlock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
 	return found;
 }
@@ -203,7 +214,6 @@ SHEAF_API void sheaf_cache_return(struct sheaf_cache *c, struct sheaf_prefilled 
 	struct sheaf_sheaf *s = to_sheaf(p);
 	if (!s || !prefilled_held_ok(c, s, true))
 		return; /* reported; under warn the sheaf and its objects are leaked */
-	s->flags &= ~SHEAF_SH_PREFILLED;
 	sheaf_list_init(&s->link);
 	uint32_t cap = atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed);
 	if ((s->flags & SHEAF_SH_OVERSIZE) || s->capacity != cap) {
@@ -274,9 +284,11 @@ unsigned long cache_prefilled_reclaim(struct sheaf_cache *c, unsigned long *objs
 	sheaf_list_init(&held);
 	sheaf_mutex_lock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
 	while (!sheaf_list_empty(&c->prefilled)) {
-		struct sheaf_list *pos = c->prefilled.next;
-		sheaf_list_del(pos);
-		sheaf_list_add(pos, &held);
+		struct sheaf_sheaf *s =
+			sheaf_container_of(c->prefilled.next, struct sheaf_sheaf, link);
+		sheaf_list_del(&s->link);
+		s->flags &= ~SHEAF_SH_PREFILLED;
+		sheaf_list_add(&s->link, &held);
 	}
 	sheaf_mutex_unlock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
 	/* Flushed with no lock held: list_lock ranks before prefilled_lock (base/lock.h). */
@@ -284,7 +296,6 @@ unsigned long cache_prefilled_reclaim(struct sheaf_cache *c, unsigned long *objs
 		struct sheaf_sheaf *s = sheaf_container_of(held.next, struct sheaf_sheaf, link);
 		sheaf_list_del(&s->link);
 		sheaf_list_init(&s->link);
-		s->flags &= ~SHEAF_SH_PREFILLED;
 		*objs += s->size;
 		sheaf_sheaf_flush(c, s, NULL);
 		n++;

@@ -260,6 +260,35 @@ static void test_set_capacity_barn(void)
 	sheaf_cache_destroy(c);
 }
 
+/* Returning prefilled sheaves costs the same however many the program holds: a return
+ * checks that its cache lent the sheaf, in O(1) for a sheaf of a metadata slab (a walk of
+ * every held sheaf made 10,000 returned oldest first take 5.5 s, 2026-11-29). */
+static void test_prefill_many(void)
+{
+	if (SANITIZE_THREAD || SANITIZE_ADDRESS)
+		return; /* a timing bound */
+	struct sheaf_cache *c = sheaf_cache_create("prefill-many", 64, NULL);
+	REQUIRE(c);
+	enum {
+		N = 20000
+	};
+	struct sheaf_prefilled **s = malloc(N * sizeof(*s));
+	REQUIRE(s);
+	for (int i = 0; i < N; i++) {
+		s[i] = sheaf_cache_prefill(c, 1);
+		REQUIRE(s[i]);
+	}
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (int i = 0; i < N; i++) /* oldest first: the far end of the lent list */
+		sheaf_cache_return(c, s[i]);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	CHECKF(took < 3.0, "%d returns took %.2f s", N, took);
+	free(s);
+	sheaf_cache_destroy(c);
+}
+
 static void test_stats_output(void)
 {
 	struct sheaf_cache *c = sheaf_cache_create("stats-out", 32, NULL);
@@ -510,6 +539,7 @@ int main(void)
 	RUN(test_refill_partial);
 	RUN(test_refill_by_demand);
 	RUN(test_set_capacity_barn);
+	RUN(test_prefill_many);
 	RUN(test_stats_output);
 	RUN(test_thread_exit);
 	RUN(test_fork_shrink);
