@@ -60,6 +60,9 @@ void *sheaf_sys_mremap(void *old, size_t len, size_t nlen, int flags, void *new_
 int sheaf_sys_munmap(void *p, size_t len);
 int sheaf_sys_madvise(void *p, size_t len, int advice);
 int sheaf_sys_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
+/* Can a thread with the default attributes be created now?  One is created and joined
+ * (for libraries that abort when they cannot create theirs: liburcu); errno is kept. */
+bool sheaf_sys_thread_probe(void);
 
 void *sheaf_os_map(size_t size);          /* zeroed RW pages, NULL + ENOMEM on failure */
 int sheaf_os_unmap(void *p, size_t size); /* 0, or -errno (reported; the address range

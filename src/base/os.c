@@ -138,6 +138,24 @@ int sheaf_sys_thread_create(pthread_t *t, void *(*fn)(void *), void *arg)
 	return pthread_create(t, NULL, fn, arg);
 }
 
+static void *probe_thread(void *arg)
+{
+	return arg;
+}
+
+/* The probe's stack stays in glibc's cache of stacks after the join, where the next
+ * pthread_create (the library's own) finds it. */
+bool sheaf_sys_thread_probe(void)
+{
+	pthread_t t;
+	int e = errno; /* a failed pthread_create leaves ENOMEM from its mmap */
+	bool ok = sheaf_sys_thread_create(&t, probe_thread, NULL) == 0;
+	if (ok)
+		pthread_join(t, NULL);
+	errno = e;
+	return ok;
+}
+
 atomic_ulong sheaf_os_fail_counts[SHEAF_FAULT_NR];
 
 void *sheaf_os_map(size_t size)

@@ -520,6 +520,12 @@ struct sheaf_cache *sheaf_cache_create_internal(const char *name, size_t size,
 		errno = EINVAL;
 		return NULL;
 	}
+	/* A TYPESAFE_BY_RCU cache defers page frees to call_rcu() from under list_lock,
+	 * where liburcu's worker cannot be started (nor fail to be): start it now. */
+	if (!meta && args && (args->flags & SHEAF_TYPESAFE_BY_RCU) && !sheaf_rcu_worker_start()) {
+		errno = ENOMEM;
+		return NULL;
+	}
 	struct sheaf_cache *c = cache_struct_get();
 	if (!c)
 		return NULL;

@@ -24,6 +24,9 @@ void sheaf_rcu_init(void);
 void sheaf_rcu_fork_register(void);
 bool sheaf_rcu_fork_trylock_barriers(void);
 void sheaf_rcu_fork_unlock_barriers(void);
+/* Start the flavour's call_rcu worker if it is not running; false when no thread can
+ * be created for it.  With no Sheaf lock held (a TYPESAFE_BY_RCU cache's creation). */
+bool sheaf_rcu_worker_start(void);
 void sheaf_rcu_cache_init(struct sheaf_cache *c);
 void sheaf_rcu_cache_fini(struct sheaf_cache *c); /* after the per-cache barrier */
 /* Submit the pcs's partly filled rcu_free sheaf (thread exit, shrink, barrier). */

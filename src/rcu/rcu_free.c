@@ -129,8 +129,11 @@ SHEAF_API int sheaf_rcu_set_flavor(enum sheaf_rcu_flavor f)
 	}
 }
 
-/* The flavour, fixed from now on; its call_rcu worker exists when this returns.  Must
- * be called with no Sheaf lock held unless FLAVOR_WARM is already set (see the top). */
+/* The flavour, fixed from now on; its call_rcu worker exists when this returns, unless
+ * no thread could be created for it (FLAVOR_WARM clear: nothing may be handed to
+ * call_rcu(), the caller waits for the grace period itself; the next call tries
+ * again).  Must be called with no Sheaf lock held unless FLAVOR_WARM is already set
+ * (see the top). */
 const struct rcu_ops *rcu_use(void)
 {
 	unsigned w = atomic_load_explicit(&rcu_flavor_word, memory_order_acquire);
@@ -139,13 +142,22 @@ const struct rcu_ops *rcu_use(void)
 	sheaf_mutex_lock(&warm_lock, SHEAF_LOCK_RCU_WARM);
 	w = atomic_fetch_or(&rcu_flavor_word, FLAVOR_USED) | FLAVOR_USED;
 	const struct rcu_ops *ops = &rcu_flavors[w & FLAVOR_MASK];
-	if (!(w & FLAVOR_WARM)) {
+	if (!(w & FLAVOR_WARM) && sheaf_sys_thread_probe()) {
+		/* liburcu cannot fail to create its worker: it aborts the process
+		 * (urcu_die) when pthread_create fails, e.g. at an address-space limit
+		 * with no room for a stack.  Hence the probe. */
 		(void)ops->warm(); /* thread-safe and idempotent in liburcu */
 		atomic_store(&rcu_warm_pid, (int)getpid());
 		atomic_fetch_or(&rcu_flavor_word, FLAVOR_WARM);
 	}
 	sheaf_mutex_unlock(&warm_lock, SHEAF_LOCK_RCU_WARM);
 	return ops;
+}
+
+bool sheaf_rcu_worker_start(void)
+{
+	(void)rcu_use();
+	return rcu_worker_started();
 }
 
 /* Before waiting for a grace period: a QSBR thread that is online goes offline (else the
@@ -251,9 +263,8 @@ void sheaf_rcu_cache_init(struct sheaf_cache *c)
 		c->rcu_priv = st;
 	}
 	/* Without st, free_rcu still works through free_sync().  A TYPESAFE_BY_RCU cache
-	 * submits page frees from slab_discard(), under list_lock: start the worker now. */
-	if (c->flags & SHEAF_TYPESAFE_BY_RCU)
-		(void)rcu_use();
+	 * submits page frees from slab_discard(), under list_lock: its creation started
+	 * the worker (sheaf_rcu_worker_start), or failed. */
 }
 
 void sheaf_rcu_cache_fini(struct sheaf_cache *c)
@@ -608,6 +619,13 @@ SHEAF_API void sheaf_cache_free_rcu(struct sheaf_cache *c, void *obj)
 	if (!obj || !free_rcu_checks(c, obj))
 		return;
 	const struct rcu_ops *ops = rcu_use();
+	if (sheaf_unlikely(!rcu_worker_started())) {
+		/* No thread could be made for the call_rcu worker: nothing can be deferred,
+		 * the grace period is waited for here (as without memory for a batch). */
+		atomic_fetch_add(&c->rcu_inflight_objects, 1);
+		free_sync(c, ops, obj);
+		return;
+	}
 	struct rcu_state *st = c->rcu_priv;
 	uint32_t cap = atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed);
 	struct sheaf_pcs *pcs = (st && cap) ? sheaf_pcs_lock(c) : NULL;

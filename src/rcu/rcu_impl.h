@@ -163,8 +163,13 @@ static inline bool rcu_is_qsbr(const struct rcu_ops *ops)
 bool rcu_barrier_in_reader(const struct sheaf_cache *c);
 
 /* rcu_free.c: the flavour, fixed from now on; its call_rcu worker exists on return
- * (no Sheaf lock may be held unless FLAVOR_WARM is set). */
+ * unless no thread could be created for it (rcu_worker_started() then false; no Sheaf
+ * lock may be held unless FLAVOR_WARM is set). */
 const struct rcu_ops *rcu_use(void);
+static inline bool rcu_worker_started(void)
+{
+	return atomic_load_explicit(&rcu_flavor_word, memory_order_acquire) & FLAVOR_WARM;
+}
 /* Before and after waiting for a grace period (a QSBR thread goes offline; inside a
  * read-side section it is a caller error, reported: -1). */
 int rcu_wait_prepare(const struct rcu_ops *ops, const struct sheaf_cache *c);
