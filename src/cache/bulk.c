@@ -148,6 +148,7 @@ SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **
 		errno = ENOMEM;
 		return 0;
 	}
+	int e = errno; /* kept on success: a failed step on the way may set it (sheaf.h) */
 	size_t done = bulk_from_sheaves(c, n, objs);
 	bulk_hand_out(c, objs, done);
 	if (done < n) {
@@ -160,6 +161,7 @@ SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **
 			return 0;
 		}
 	}
+	errno = e;
 	return n;
 }
 

@@ -51,10 +51,18 @@ static sheaf_noinline void *alloc_slow(struct sheaf_cache *c, const void *caller
 		return cache_alloc_from_slab(c, caller);
 	}
 	struct sheaf_sheaf *m = pcs->main;
+	/* A refill that found no memory (a heap block or a sheaf that could not be mapped)
+	 * leaves ENOMEM in errno, and the slab path may still succeed: a successful
+	 * allocation keeps the caller's errno (sheaf.h). */
+	int e = errno;
 	if (m->size == 0 && !sheaf_pcs_replace_empty_main(c, pcs)) {
 		sheaf_pcs_unlock(c, pcs);
-		return cache_alloc_from_slab(c, caller);
+		void *o = cache_alloc_from_slab(c, caller);
+		if (o)
+			errno = e;
+		return o;
 	}
+	errno = e;
 	void *obj = sheaf_sheaf_pop(pcs->main);
 	sheaf_stat_add(pcs, SHEAF_STAT_ALLOC_FASTPATH, 1);
 	sheaf_pcs_unlock(c, pcs);

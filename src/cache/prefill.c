@@ -119,9 +119,14 @@ static bool prefill_to_capacity(struct sheaf_cache *c, struct sheaf_sheaf *s, un
 {
 	if (s->size >= n)
 		return true;
+	/* A refill that stopped short of full capacity (no memory for one more slab) has
+	 * set errno; enough for @n is a success, which keeps the caller's errno. */
+	int e = errno;
 	sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
-	if (s->size >= n)
+	if (s->size >= n) {
+		errno = e;
 		return true;
+	}
 	sheaf_sheaf_flush(c, s, NULL);
 	sheaf_sheaf_free(c, s);
 	errno = ENOMEM;
@@ -259,7 +264,9 @@ SHEAF_API int sheaf_cache_refill(struct sheaf_cache *c, struct sheaf_prefilled *
 	if (s->capacity >= n) {
 		/* Regular sheaves refill to full capacity, oversize ones too (capacity == their
 		 * original request). */
+		int e = errno; /* as in prefill_to_capacity */
 		sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
+		errno = e;
 		return s->size >= n ? 0 : -ENOMEM;
 	}
 	struct sheaf_prefilled *np = sheaf_cache_prefill(c, n);
