@@ -141,13 +141,18 @@ static _Atomic uint64_t core_failed;
 /* Whether size-class requests skip the core.  The preload, once it has sent them to
  * glibc's allocator, stays with it; the direct API tries the start-up again a second
  * after it failed, so a process whose address-space limit was raised, or whose
- * failing mmap was transient, gets its small blocks again. */
+ * failing mmap was transient, gets its small blocks again -- at once if the core has
+ * started meanwhile through the object API (sheaf_cache_create). */
 static bool core_down(void)
 {
 	uint64_t t = atomic_load_explicit(&core_failed, memory_order_relaxed);
 	if (sheaf_likely(t == 0))
 		return false;
-	return sheaf_preload_fallback_alloc || sheaf_os_now_ns() - t < 1000000000ull;
+	if (sheaf_preload_fallback_alloc)
+		return true;
+	if (atomic_load_explicit(&sheaf_g.init_state, memory_order_acquire) == 2)
+		return false;
+	return sheaf_os_now_ns() - t < 1000000000ull;
 }
 
 static void class_name(char *buf, size_t cap, unsigned int i)
