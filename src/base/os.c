@@ -131,11 +131,18 @@ int sheaf_sys_madvise(void *p, size_t len, int advice)
 	return 0;
 }
 
+/* pthread_create reports by its result, but glibc's failed mmap of the stack leaves
+ * ENOMEM in errno: kept as it was, since the reaper is started from inside malloc,
+ * whose success must not change errno (a 2 MiB malloc under ulimit -v returned its
+ * block with errno ENOMEM until 2026-11-29; adversarial run). */
 int sheaf_sys_thread_create(pthread_t *t, void *(*fn)(void *), void *arg)
 {
 	if (sheaf_fault_fail(SHEAF_FAULT_THREAD))
 		return EAGAIN;
-	return pthread_create(t, NULL, fn, arg);
+	int e = errno;
+	int r = pthread_create(t, NULL, fn, arg);
+	errno = e;
+	return r;
 }
 
 static void *probe_thread(void *arg)
@@ -148,12 +155,10 @@ static void *probe_thread(void *arg)
 bool sheaf_sys_thread_probe(void)
 {
 	pthread_t t;
-	int e = errno; /* a failed pthread_create leaves ENOMEM from its mmap */
-	bool ok = sheaf_sys_thread_create(&t, probe_thread, NULL) == 0;
-	if (ok)
-		pthread_join(t, NULL);
-	errno = e;
-	return ok;
+	if (sheaf_sys_thread_create(&t, probe_thread, NULL) != 0)
+		return false;
+	pthread_join(t, NULL);
+	return true;
 }
 
 atomic_ulong sheaf_os_fail_counts[SHEAF_FAULT_NR];
