@@ -72,6 +72,8 @@ uint64_t sheaf_os_now_ns(void);
 int sheaf_os_getcpu(void); /* current CPU (rseq cpu_id via glibc) */
 /* Write a formatted line to stderr without allocating. */
 void sheaf_os_print(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* strerror() without the locale (it may allocate: os.c); for reports made at any time. */
+const char *sheaf_os_errstr(int e);
 
 /* ---- options.c: one table of options (docs/options.md) ---------------------------- */
 enum sheaf_option_id {

@@ -101,7 +101,36 @@ static void sys_report(const char *call, const void *p, size_t len, int err)
 	if (!atomic_exchange(&sys_fail_reported, true))
 		sheaf_os_print(
 			"sheaf: %s(%p, %zu) failed: %s; the memory stays mapped (reported once)",
-			call, p, len, strerror(err));
+			call, p, len, sheaf_os_errstr(err));
+}
+
+/* strerror() translates: in a program that called setlocale() with a translated locale,
+ * its first call loads the C library's message catalog with malloc (11 KiB for
+ * de_DE), and a report made under the heap's lock (a purge whose madvise failed)
+ * re-entered Sheaf's malloc from inside it under the preload.  The errors Sheaf reports
+ * are few: their English text, from no table that allocates. */
+const char *sheaf_os_errstr(int e)
+{
+	switch (e) {
+	case ENOMEM:
+		return "Cannot allocate memory";
+	case EINVAL:
+		return "Invalid argument";
+	case EAGAIN:
+		return "Resource temporarily unavailable";
+	case EPERM:
+		return "Operation not permitted";
+	case EACCES:
+		return "Permission denied";
+	case EFAULT:
+		return "Bad address";
+	case EBUSY:
+		return "Device or resource busy";
+	case ENOSYS:
+		return "Function not implemented";
+	default:
+		return "an unexpected error";
+	}
 }
 
 int sheaf_sys_munmap(void *p, size_t len)

@@ -171,7 +171,7 @@ static struct sheaf_tcache *tcache_create(void)
 		if (!atomic_exchange(&warned, 1))
 			sheaf_os_print("sheaf: pthread_setspecific failed (%s): this thread uses "
 				       "no sheaves",
-				       strerror(r));
+				       sheaf_os_errstr(r));
 		sheaf_meta_free(tc, sizeof(*tc));
 		return NULL;
 	}

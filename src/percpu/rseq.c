@@ -237,7 +237,7 @@ void sheaf_rseq_fence(int cpu)
 	 * change.  Nothing safe remains. */
 	sheaf_os_print("sheaf: membarrier(PRIVATE_EXPEDITED_RSEQ) failed: %s, and the fallback "
 		       "(running on the CPU) failed too",
-		       strerror(err));
+		       sheaf_os_errstr(err));
 	abort();
 }
 
