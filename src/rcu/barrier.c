@@ -5,6 +5,7 @@
  * and the rules of liburcu that both files keep).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <string.h>
 #include <unistd.h>
@@ -138,6 +139,12 @@ SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 	if (online < 0)
 		return;
 
+	/* No cancellation while the barrier holds its locks: pthread_cond_wait (a ticket's
+	 * callback running, taken_finish) is a cancellation point, and a thread cancelled
+	 * there (as sheaf_cache_destroy's caller can be) died holding st->lock and the barrier
+	 * mutex; every later free_rcu, barrier, reaper pass and fork then hung. */
+	int cancel_state;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
 	sheaf_mutex_lock(&st->barrier_mutex, SHEAF_LOCK_RCU_BARRIER);
 	if (global) {
 		sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
@@ -163,6 +170,7 @@ SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 	cache_take(c, &tk);
 	taken_finish(c, ops, &tk);
 	sheaf_mutex_unlock(&st->barrier_mutex, SHEAF_LOCK_RCU_BARRIER);
+	pthread_setcancelstate(cancel_state, NULL);
 	rcu_wait_finish(ops, online);
 }
 
@@ -199,6 +207,8 @@ SHEAF_API void sheaf_rcu_barrier(void)
 	 * that ticket's callback; two rcu_barrier() calls wait for both generations (the
 	 * second ticket is queued before the first rcu_barrier() returns).  This also waits
 	 * for the deferred page frees of TYPESAFE_BY_RCU caches. */
+	int cancel_state; /* as in sheaf_cache_rcu_barrier: liburcu's barrier takes its locks */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
 	sheaf_cache_for_each(rcu_cache_flush_locked, NULL);
 	ops->barrier_all();
 	ops->barrier_all();
@@ -210,6 +220,7 @@ SHEAF_API void sheaf_rcu_barrier(void)
 	unsigned long seq = atomic_load(&rcu_take_seq);
 	while (!returning_taken && takers_busy(seq))
 		usleep(100);
+	pthread_setcancelstate(cancel_state, NULL);
 	rcu_wait_finish(ops, online);
 }
 
