@@ -153,3 +153,14 @@ int sheaf_fork_handlers_install(void)
 		atomic_store(&state, 0);
 	return r;
 }
+
+/* Registered when the library is loaded, not only when Sheaf starts: glibc runs the
+ * prepare handlers in the reverse order of registration and the others in order, so a
+ * handler the program registered before Sheaf's ran its prepare with every lock of
+ * Sheaf held (and its parent and child handlers before they were let go): one that
+ * allocated from Sheaf hung every fork.  Registered first, Sheaf's handlers are the last
+ * prepare and the first release.  Before Sheaf starts the walk finds no rank registered. */
+static void __attribute__((constructor)) fork_handlers_at_load(void)
+{
+	(void)sheaf_fork_handlers_install(); /* a failure is retried at start, as before */
+}
