@@ -316,7 +316,7 @@ SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **obj
 		return;
 	if (!bulk_cache_ok(c))
 		return;
-	if (c->debug_flags || sheaf_free_check_hook ||
+	if (c->debug_flags || sheaf_free_check_hook_get() ||
 	    atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed) == 0) {
 		/* Object by object; a debug cache records the program's call site (it
 		 * recorded this function until 2026-11-29). */

@@ -161,7 +161,7 @@ void sheaf_cache_free_caller(struct sheaf_cache *c, void *obj, const void *calle
 	uintptr_t key = sheaf_page_key(obj);
 	if (!cache_free_ptr_ok(c, obj, key, "free"))
 		return; /* reported; with SHEAF_ON_ERROR=warn the object is leaked */
-	void (*hook)(const void *, size_t) = sheaf_free_check_hook;
+	void (*hook)(const void *, size_t) = sheaf_free_check_hook_get();
 	if (hook)
 		hook(obj, c->object_size);
 	/* After the hook: fix-ups may still touch the object. */

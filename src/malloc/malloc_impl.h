@@ -134,7 +134,7 @@ static inline bool malloc_is_extent_size(size_t n)
  * object in a freed block above 64 KiB stayed tracked, unreported. */
 static inline void malloc_extent_free_check(const void *p, size_t len)
 {
-	void (*hook)(const void *, size_t) = sheaf_free_check_hook;
+	void (*hook)(const void *, size_t) = sheaf_free_check_hook_get();
 	if (hook)
 		hook(p, len);
 }

@@ -276,7 +276,7 @@ sheaf_fast_inline bool sheaf_thread_push_gated(struct sheaf_cache *c, void *obj,
 /* The same for any caller: a free-check hook sends every free to the slow path. */
 sheaf_fast_inline bool sheaf_thread_push(struct sheaf_cache *c, void *obj, uintptr_t key)
 {
-	if (sheaf_unlikely(sheaf_free_check_hook))
+	if (sheaf_unlikely(sheaf_free_check_hook_get()))
 		return false;
 	return sheaf_thread_push_gated(c, obj, key, false);
 }
@@ -347,7 +347,7 @@ sheaf_fast_inline uint32_t sheaf_thread_push_n(struct sheaf_cache *c, void *cons
 					       uintptr_t key)
 {
 	struct sheaf_pcs *pcs = sheaf_pcs_current(c);
-	if (sheaf_unlikely(!pcs || sheaf_free_check_hook))
+	if (sheaf_unlikely(!pcs || sheaf_free_check_hook_get()))
 		return 0;
 	struct sheaf_sheaf *m = pcs->main;
 	if (sheaf_unlikely(key != m->key || m->size >= m->capacity))

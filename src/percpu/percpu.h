@@ -192,6 +192,13 @@ extern void (*volatile sheaf_free_check_hook)(const void *obj, size_t size);
  * in per-CPU mode it also closes the free fast path, which has no hook test of its
  * own (rseq.h), so that every free reaches the hook. */
 void sheaf_free_check_hook_set(void (*fn)(const void *obj, size_t size));
+/* The hook as it is now: a relaxed atomic load (the set above is a release store; a
+ * plain read of the volatile pointer was a C11 data race TSan reported when debug
+ * objects started tracking while other threads freed).  The same one mov on x86. */
+static inline void (*sheaf_free_check_hook_get(void))(const void *, size_t)
+{
+	return __atomic_load_n(&sheaf_free_check_hook, __ATOMIC_RELAXED);
+}
 /* The reaper's probe (cache/reaper.c): a signature of the cache's per-CPU activity. */
 uint64_t sheaf_pcs_reap_signature(struct sheaf_cache *c);
 /* Mixing step of the reaper's activity signatures (FNV-1a style). */

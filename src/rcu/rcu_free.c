@@ -319,7 +319,7 @@ static bool mark_after_gp(struct sheaf_cache *c, void *o, void *const *kept, uin
 
 static uint32_t objs_prepare(struct sheaf_cache *c, void **objs, uint32_t n)
 {
-	void (*hook)(const void *, size_t) = sheaf_free_check_hook;
+	void (*hook)(const void *, size_t) = sheaf_free_check_hook_get();
 	if (!hook && !SHEAF_TRACK_ENABLED && !c->debug_flags && !mark_in_object(c))
 		return n;
 	for (uint32_t i = 0; i < n;) {
