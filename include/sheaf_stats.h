@@ -108,7 +108,8 @@ struct sheaf_stats {
 };
 
 /* Fill *st with @c's statistics.  st->size must be set by the caller to
- * sizeof(*st) (0 is taken as the library's size).  Returns 0 or -EINVAL. */
+ * sizeof(*st) (0 is taken as the library's size; below 8, the size and version
+ * words, -EINVAL with nothing written).  Returns 0 or -EINVAL. */
 SHEAF_API int sheaf_stats_get(struct sheaf_cache *c, struct sheaf_stats *st);
 /* Name of an event ("ALLOC_FASTPATH"), NULL if out of range. */
 SHEAF_API const char *sheaf_stat_name(enum sheaf_stat_item item);
@@ -137,6 +138,7 @@ struct sheaf_global_stats {
 	uint64_t nodes, memory_nodes, cpus;
 	uint64_t reserved[8];
 };
+/* Fill *st, with st->size as for sheaf_stats_get.  Returns 0 or -EINVAL. */
 SHEAF_API int sheaf_global_stats_get(struct sheaf_global_stats *st);
 
 #ifdef __cplusplus

@@ -32,6 +32,11 @@ static uint64_t prefilled_objects(struct sheaf_cache *c)
 	return n;
 }
 
+/* The smallest size a caller's struct can have: its size and version words.  A smaller
+ * st->size got its size word written past the end of what the caller said it had (a
+ * struct of 1-3 bytes took 4); now -EINVAL with nothing written. */
+#define STATS_HEAD (2 * sizeof(uint32_t))
+
 SHEAF_API int sheaf_stats_get(struct sheaf_cache *c, struct sheaf_stats *st)
 {
 	if (!c || !st)
@@ -39,6 +44,8 @@ SHEAF_API int sheaf_stats_get(struct sheaf_cache *c, struct sheaf_stats *st)
 	if (!sheaf_cache_check(c))
 		return -EINVAL; /* a destroyed or foreign handle: reported */
 	uint32_t want = st->size ? st->size : (uint32_t)sizeof(*st);
+	if (want < STATS_HEAD)
+		return -EINVAL; /* no room for size and version: nothing written */
 	struct sheaf_stats tmp;
 	memset(&tmp, 0, sizeof(tmp));
 	tmp.size = (uint32_t)sizeof(tmp);
@@ -283,6 +290,8 @@ SHEAF_API int sheaf_global_stats_get(struct sheaf_global_stats *st)
 	if (!st)
 		return -EINVAL;
 	uint32_t want = st->size ? st->size : (uint32_t)sizeof(*st);
+	if (want < STATS_HEAD)
+		return -EINVAL;
 	struct sheaf_global_stats tmp;
 	memset(&tmp, 0, sizeof(tmp));
 	tmp.size = sizeof(tmp);

@@ -351,6 +351,12 @@ static void test_stats_output(void)
 	      small.version == SHEAF_STATS_VERSION);
 	struct sheaf_global_stats g = { .size = sizeof(g) };
 	CHECK(sheaf_global_stats_get(&g) == 0 && g.heap_reserved > 0 && g.caches >= 2);
+	/* A size with no room for the size and version words: refused, nothing written
+	 * (the size word was written past a struct of 1-3 bytes). */
+	_Alignas(8) unsigned char tiny[8] = { 2, 0, 0, 0, 0xa5, 0xa5, 0xa5, 0xa5 };
+	CHECK(sheaf_stats_get(c, (struct sheaf_stats *)(void *)tiny) == -EINVAL);
+	CHECK(sheaf_global_stats_get((struct sheaf_global_stats *)(void *)tiny) == -EINVAL);
+	CHECK(tiny[0] == 2 && tiny[1] == 0 && tiny[4] == 0xa5);
 	sheaf_stats_reset(c);
 	struct sheaf_stats st;
 	stats(c, &st);
