@@ -108,7 +108,8 @@ SHEAF_API void *sheaf_cache_alloc(struct sheaf_cache *c);
 SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj);
 
 /* All or nothing: returns @n with objs[0..n-1] filled, or 0 (errno ENOMEM; at
- * once for more than half the machine's memory). */
+ * once for more than half the machine's memory; EINVAL for a NULL @objs or a bad
+ * handle, which is also reported).  @n of 0 returns 0 and leaves errno. */
 SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **objs);
 SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **objs);
 

@@ -135,10 +135,14 @@ static inline void bulk_hand_out(struct sheaf_cache *c, void **objs, size_t n)
 
 SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **objs)
 {
-	if (!objs || n == 0)
+	if (n == 0)
 		return 0;
-	if (!bulk_cache_ok(c))
+	/* 0 means failure here, and a caller tells why by errno (sheaf.h): a NULL array
+	 * or a bad handle (reported) left it as it was, perhaps an old ENOMEM. */
+	if (!objs || !bulk_cache_ok(c)) {
+		errno = EINVAL;
 		return 0;
+	}
 	/* All or nothing: a request for more than half the machine's memory fails at once
 	 * instead of filling it first.  A multiply, not a division (n > limit / slot is
 	 * the same test): a 64-bit divide takes tens of cycles on older x86 cores, on

@@ -99,7 +99,10 @@ static void test_bulk(void)
 		memset(v[i], 0x11, 64);
 	}
 	sheaf_cache_free_bulk(c, 5000, v);
-	CHECK(sheaf_cache_alloc_bulk(c, 0, v) == 0);
+	errno = ENOMEM;
+	CHECK(sheaf_cache_alloc_bulk(c, 0, v) == 0 && errno == ENOMEM); /* not a failure */
+	/* A NULL array: 0 with EINVAL, not with whatever errno held (an old ENOMEM). */
+	CHECK(sheaf_cache_alloc_bulk(c, 5, NULL) == 0 && errno == EINVAL);
 	/* Injected page-heap failure: all or nothing, and the cache stays usable. */
 	sheaf_cache_shrink(c);
 	sheaf_os_inject_heap_failure(0);
