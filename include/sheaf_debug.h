@@ -58,7 +58,8 @@ enum sheaf_debug_state {
 	SHEAF_DEBUG_STATE_INACTIVE,     /* deactivated; may be activated again */
 	SHEAF_DEBUG_STATE_ACTIVE,       /* in use: must not be freed or re-initialised */
 	SHEAF_DEBUG_STATE_DESTROYED,    /* destroyed: only free is allowed */
-	SHEAF_DEBUG_STATE_FREED,        /* record released (reported only by check_free) */
+	SHEAF_DEBUG_STATE_FREED,        /* set as the record is released: never reported, and
+					 * sheaf_debug_object_state() then gives NONE */
 	SHEAF_DEBUG_STATE_NOTAVAILABLE, /* an operation found no record for the address */
 	SHEAF_DEBUG_STATE_NR
 };
