@@ -99,6 +99,15 @@ require_served 10000 sheaf-preload-check-cxx
 line=$(LD_PRELOAD=$LIB SHEAF_MALLOC_STATS=1 /bin/true 2>&1)
 echo "$line"
 grep -Eq '^sheaf-malloc: [0-9]+ mallocs, [0-9]+ frees$' <<<"$line"
+# A value that is neither 1 nor an absolute path is said (it prints on stderr), and one
+# too long to keep is said too: both went unmentioned before.
+out=$(LD_PRELOAD=$LIB SHEAF_MALLOC_STATS=counts.txt /bin/true 2>&1)
+grep -qx "sheaf: SHEAF_MALLOC_STATS='counts.txt': accepted 0, 1 or an absolute path (printing on stderr)" <<<"$out" &&
+	grep -Eq '^sheaf-malloc: [0-9]+ mallocs' <<<"$out" && [ ! -e counts.txt ] ||
+	{ echo "FAIL: relative SHEAF_MALLOC_STATS: $out" >&2; exit 1; }
+out=$(LD_PRELOAD=$LIB SHEAF_MALLOC_STATS="/$(printf 'x%.0s' $(seq 600))" /bin/true 2>&1)
+[ "$out" = "sheaf: SHEAF_MALLOC_STATS ignored: longer than 511 bytes" ] ||
+	{ echo "FAIL: long SHEAF_MALLOC_STATS: $out" >&2; exit 1; }
 # The counts are read off the statistics at exit (no counting on the calls): a parent
 # that keeps 5000 blocks over a fork prints them, its child, which allocates and frees
 # 300 blocks of its own and leaves the parent's alone, prints its own only.

@@ -392,16 +392,43 @@ static void counts_base_in_child(void)
 	base_frees = fork_frees;
 }
 
+/* One line on stderr, written as it is (no allocation: the core may not have started). */
+static void stats_say(const char *a, const char *b, const char *c)
+{
+	const char *part[3] = { a, b, c };
+	for (int i = 0; i < 3; i++) {
+		ssize_t w = write(2, part[i], strlen(part[i]));
+		(void)w;
+	}
+}
+
+/* SHEAF_MALLOC_STATS: "1" prints the line on stderr, an absolute path appends it to the
+ * file.  A value that is neither was taken for "1" without a word (a relative path
+ * printed on stderr), and one too long for the copy was dropped silently: both are
+ * said now, in the options' style (docs/options.md). */
+static void stats_dest_set(const char *v)
+{
+	size_t n = strlen(v);
+	if (n >= sizeof(stats_dest)) {
+		stats_say("sheaf: SHEAF_MALLOC_STATS ignored: longer than 511 bytes", "", "\n");
+		return;
+	}
+	memcpy(stats_dest, v, n + 1);
+	bool plain = n <= 48; /* shown only if short and printable: one line */
+	for (size_t i = 0; i < n && plain; i++)
+		plain = (unsigned char)v[i] >= 0x20 && v[i] != 0x7f;
+	if (v[0] != '/' && strcmp(v, "1") != 0)
+		stats_say("sheaf: SHEAF_MALLOC_STATS='", plain ? v : "(value not shown)",
+			  "': accepted 0, 1 or an absolute path (printing on stderr)\n");
+}
+
 static void __attribute__((constructor)) preload_start(void)
 {
 	/* Not in a setuid/setgid program (AT_SECURE): a path here would let anyone
 	 * append to a file with the program's privileges (base/options.c). */
 	const char *v = getauxval(AT_SECURE) ? NULL : getenv("SHEAF_MALLOC_STATS");
-	if (v && *v && strcmp(v, "0") != 0) {
-		size_t n = strlen(v);
-		if (n < sizeof(stats_dest))
-			memcpy(stats_dest, v, n + 1);
-	}
+	if (v && *v && strcmp(v, "0") != 0)
+		stats_dest_set(v);
 	/* Create the first class now, while the process is most likely still
 	 * single-threaded, so the core's start-up is out of the way. */
 	sheaf_free(sheaf_malloc(1)); /* (malloc/free would be elided as builtins) */
