@@ -139,6 +139,12 @@ const struct rcu_ops *rcu_use(void)
 	unsigned w = atomic_load_explicit(&rcu_flavor_word, memory_order_acquire);
 	if (sheaf_likely(w & FLAVOR_WARM))
 		return &rcu_flavors[w & FLAVOR_MASK];
+	/* No cancellation while warm_lock is held: the probe's pthread_join is a
+	 * cancellation point, and a thread with a cancel pending that made the process's
+	 * first free_rcu died there holding the lock; every later free_rcu and fork() hung
+	 * (until 2026-11-29). */
+	int cancel_state;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
 	sheaf_mutex_lock(&warm_lock, SHEAF_LOCK_RCU_WARM);
 	w = atomic_fetch_or(&rcu_flavor_word, FLAVOR_USED) | FLAVOR_USED;
 	const struct rcu_ops *ops = &rcu_flavors[w & FLAVOR_MASK];
@@ -151,6 +157,7 @@ const struct rcu_ops *rcu_use(void)
 		atomic_fetch_or(&rcu_flavor_word, FLAVOR_WARM);
 	}
 	sheaf_mutex_unlock(&warm_lock, SHEAF_LOCK_RCU_WARM);
+	pthread_setcancelstate(cancel_state, NULL);
 	return ops;
 }
 
