@@ -313,11 +313,19 @@ static uint64_t space_room(void)
 		data.rlim_cur = RLIM_INFINITY;
 	if (as.rlim_cur == RLIM_INFINITY && data.rlim_cur == RLIM_INFINITY)
 		return UINT64_MAX;
+	/* open, read and close are cancellation points, and free() must not be one (POSIX;
+	 * glibc's is not): a thread with a cancel pending died here, inside the free of a
+	 * large block under `ulimit -v`, the extent neither cached nor unmapped (until
+	 * 2026-11-29).  errno is kept: free() preserves it. */
 	char buf[256];
+	int cancel_state, e = errno;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
 	int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
 	ssize_t r = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
 	if (fd >= 0)
 		close(fd);
+	pthread_setcancelstate(cancel_state, NULL);
+	errno = e;
 	unsigned long long f[6];
 	if (r <= 0)
 		return 0;

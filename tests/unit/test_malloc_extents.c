@@ -8,6 +8,8 @@
  * back to the OS after the delay.  Every test
  * bounds its memory: at most about 100 MiB resident.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -408,11 +410,57 @@ static void t_cache_under_limit(void)
 	CHECKF(!kept_under_room(16ull << 20), "an 8 MiB extent kept with 16 MiB of room");
 }
 
+static _Atomic int freed_fully;
+
+/* A thread with a cancel pending frees a large block: free is no cancellation point. */
+static void *cancelled_free(void *p)
+{
+	pthread_cancel(pthread_self()); /* deferred: acted on at the next point */
+	sheaf_free(p);
+	atomic_store(&freed_fully, 1);
+	pthread_testcancel();
+	return NULL;
+}
+
+/* Under an address-space limit a freed extent reads the process's size from /proc
+ * (at most every 10 ms) with open, read and close, which are cancellation points: until
+ * 2026-11-29 a thread with a cancel pending died inside that free, the block's address
+ * space neither cached nor unmapped, for good. */
+static void t_free_under_limit_not_cancelled(void)
+{
+#if SANITIZE_ADDRESS || SANITIZE_THREAD
+	printf("# skipped: RLIMIT_AS under a sanitizer\n");
+	return;
+#endif
+	struct rlimit old;
+	REQUIRE(getrlimit(RLIMIT_AS, &old) == 0);
+	if (old.rlim_cur != RLIM_INFINITY || vm_bytes() == 0) {
+		printf("# skipped: RLIMIT_AS already set, or no /proc/self/statm\n");
+		return;
+	}
+	struct timespec ms11 = { 0, 11 * 1000 * 1000 };
+	char *p = sheaf_malloc(1u << 20);
+	REQUIRE(p != NULL);
+	struct rlimit lim = { (rlim_t)(vm_bytes() + (4ull << 30)), RLIM_INFINITY };
+	REQUIRE(setrlimit(RLIMIT_AS, &lim) == 0);
+	nanosleep(&ms11, NULL); /* the next free reads /proc again */
+	pthread_t t;
+	void *r = NULL;
+	REQUIRE(pthread_create(&t, NULL, cancelled_free, p) == 0);
+	REQUIRE(pthread_join(t, &r) == 0);
+	lim.rlim_cur = RLIM_INFINITY;
+	REQUIRE(setrlimit(RLIMIT_AS, &lim) == 0);
+	CHECK(r == PTHREAD_CANCELED);
+	CHECKF(atomic_load(&freed_fully), "the thread was cancelled inside free()");
+	sheaf_malloc_extent_cache_drain();
+}
+
 int main(void)
 {
 	RUN(t_reaper_from_alloc);
 	RUN(t_realloc_resize);
 	RUN(t_cache_under_limit);
+	RUN(t_free_under_limit_not_cancelled);
 	RUN(t_rebuild);
 	RUN(t_gather);
 	RUN(t_mappings_bounded);
