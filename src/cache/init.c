@@ -60,9 +60,16 @@ int sheaf_init(void)
 {
 	if (tls_initialising)
 		return -EAGAIN; /* re-entered from our own initialisation */
+	/* No cancellation under init_lock: the topology is read from sysfs with open and
+	 * read, cancellation points, and a thread with a cancel pending that made the
+	 * process's first call died there holding the lock (until 2026-11-29): every later
+	 * call of the process hung. */
+	int cancel_state;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
 	sheaf_mutex_lock(&init_lock, SHEAF_LOCK_INIT);
 	if (atomic_load(&sheaf_g.init_state) == 2) {
 		sheaf_mutex_unlock(&init_lock, SHEAF_LOCK_INIT);
+		pthread_setcancelstate(cancel_state, NULL);
 		return 0;
 	}
 	tls_initialising = 1;
@@ -85,6 +92,7 @@ int sheaf_init(void)
 		atomic_store(&sheaf_g.init_state, 0);
 		tls_initialising = 0;
 		sheaf_mutex_unlock(&init_lock, SHEAF_LOCK_INIT);
+		pthread_setcancelstate(cancel_state, NULL);
 		return r;
 	}
 	sheaf_introspect_link(); /* keeps the root sheafinfo reads (docs/introspection.md) */
@@ -99,6 +107,7 @@ int sheaf_init(void)
 	atomic_store_explicit(&sheaf_g.init_state, 2, memory_order_release);
 	tls_initialising = 0;
 	sheaf_mutex_unlock(&init_lock, SHEAF_LOCK_INIT);
+	pthread_setcancelstate(cancel_state, NULL);
 	if (sheaf_option_long(SHEAF_OPT_VERBOSE)) {
 		sheaf_options_print(stderr);
 		fprintf(stderr, "sheaf: mode %s, %d possible CPUs, %d nodes%s\n",
