@@ -117,6 +117,34 @@ bool rcu_barrier_in_reader(const struct sheaf_cache *c)
 	return rcu_wait_prepare(ops, c) < 0; /* reports it */
 }
 
+/* The global modes' part of a cache's barrier: its rcu sheaves (@all_caches: every
+ * cache's) handed to call_rcu, then liburcu's rcu_barrier().  With no barrier mutex
+ * held: rcu_barrier() takes liburcu's call_rcu mutex, which a fork's prepare holds
+ * (before_fork, rank RCU_WARM) while it waits for every cache's barrier mutex (rank
+ * RCU_BARRIER); called under the mutex, a SHEAF_KERNEL_COMPAT cache's barrier or
+ * destroy, or any under SHEAF_RCU_BARRIER=global, hung a concurrent fork() and itself
+ * for good (until 2026-11-29). */
+static void global_flush(struct sheaf_cache *c, const struct rcu_ops *ops, bool all_caches)
+{
+	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
+	if (all_caches) {
+		/* Seed 000 "before" (kvfree_rcu_barrier): every cache's rcu sheaves. */
+		struct sheaf_list *pos;
+		for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next)
+			rcu_cache_flush_locked(
+				sheaf_container_of(pos, struct sheaf_cache, cache_list), NULL);
+		if (sheaf_list_empty(&c->cache_list))
+			rcu_cache_flush_locked(c, NULL); /* not linked (any more) */
+	} else {
+		rcu_cache_flush_locked(c, NULL); /* Linux 7.0: this cache's sheaves */
+	}
+	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
+	/* K§4.4: the global rcu_barrier().  liburcu's returns at once inside a read-side
+	 * section; rcu_wait_prepare() excluded that and took an online QSBR thread
+	 * offline. */
+	ops->barrier_all();
+}
+
 SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 {
 	if (!c || !sheaf_cache_check(c) || !c->rcu_priv)
@@ -145,27 +173,9 @@ SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 	 * mutex; every later free_rcu, barrier, reaper pass and fork then hung. */
 	int cancel_state;
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
+	if (global)
+		global_flush(c, ops, all_caches);
 	sheaf_mutex_lock(&st->barrier_mutex, SHEAF_LOCK_RCU_BARRIER);
-	if (global) {
-		sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
-		if (all_caches) {
-			/* Seed 000 "before" (kvfree_rcu_barrier): every cache's rcu sheaves. */
-			struct sheaf_list *pos;
-			for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches; pos = pos->next)
-				rcu_cache_flush_locked(sheaf_container_of(pos, struct sheaf_cache,
-									  cache_list),
-						       NULL);
-			if (sheaf_list_empty(&c->cache_list))
-				rcu_cache_flush_locked(c, NULL); /* not linked (any more) */
-		} else {
-			rcu_cache_flush_locked(c, NULL); /* Linux 7.0: this cache's sheaves */
-		}
-		sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
-		/* K§4.4: the global rcu_barrier().  liburcu's returns at once inside a
-		 * read-side section; rcu_wait_prepare() excluded that and took an online QSBR
-		 * thread offline. */
-		ops->barrier_all();
-	}
 	struct taken tk;
 	cache_take(c, &tk);
 	taken_finish(c, ops, &tk);
