@@ -235,26 +235,31 @@ SHEAF_API void sheaf_stats_print_json(struct sheaf_cache *c, FILE *f)
 	}
 }
 
-/* The statistics of the @n-th cache of the registry; false past its end.  Read under
- * caches_lock, written after it (print_all): a stream allocates its buffer at its first
- * write, and under the preload library that malloc may create a size class, which
- * takes caches_lock -- printing under it hung for good (sheaf_stats_print_all to a
- * fopen'd file or an open_memstream, 2026-11-29).  A cache destroyed meanwhile moves the
- * later ones up, so one of them may be left out; none is printed twice (a new cache
- * joins at the end). */
-static bool nth_stats(size_t n, struct sheaf_stats *st)
+/* The statistics of the listed cache with the smallest id at or above *@cursor, which
+ * moves past it; false when there is none.  Read under caches_lock, written after it
+ * (print_all): a stream allocates its buffer at its first write, and under the preload
+ * library that malloc may create a size class, which takes caches_lock -- printing
+ * under it hung for good (sheaf_stats_print_all to a fopen'd file or an open_memstream,
+ * 2026-11-29).  By id, not by place in the list: a cache destroyed meanwhile moved the
+ * later ones up, and the one after it was left out although it lived through the
+ * whole print (until 2026-11-29).  Ids are unique among live caches: none is printed
+ * twice; a cache created meanwhile may be (if its id is above the cursor) or not. */
+static bool next_stats(uint32_t *cursor, struct sheaf_stats *st)
 {
-	bool found = false;
+	struct sheaf_cache *best = NULL;
 	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	for (struct sheaf_list *pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches;
 	     pos = pos->next) {
-		if (n--)
-			continue;
+		struct sheaf_cache *c = sheaf_container_of(pos, struct sheaf_cache, cache_list);
+		if (c->id >= *cursor && (!best || c->id < best->id))
+			best = c;
+	}
+	bool found = false;
+	if (best) {
+		*cursor = best->id + 1;
 		memset(st, 0, sizeof(*st));
 		st->size = sizeof(*st);
-		found = sheaf_stats_get(sheaf_container_of(pos, struct sheaf_cache, cache_list),
-					st) == 0;
-		break;
+		found = sheaf_stats_get(best, st) == 0;
 	}
 	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	return found;
@@ -263,7 +268,8 @@ static bool nth_stats(size_t n, struct sheaf_stats *st)
 static void print_all(FILE *f, bool json)
 {
 	struct sheaf_stats st;
-	for (size_t n = 0; atomic_load(&sheaf_g.init_state) == 2 && nth_stats(n, &st); n++) {
+	uint32_t cursor = 0;
+	for (int n = 0; atomic_load(&sheaf_g.init_state) == 2 && next_stats(&cursor, &st); n++) {
 		if (json)
 			fputs(n ? ",\n" : "\n", f);
 		emit_stats(&st, f, json);

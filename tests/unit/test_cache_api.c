@@ -538,6 +538,59 @@ static void test_refill_by_demand(void)
 	CHECK(clean);
 }
 
+/* A stream that destroys the cache 'print-victim' as its block is written. */
+struct victim_out {
+	char buf[1 << 20];
+	size_t len;
+	struct sheaf_cache *victim;
+};
+
+static ssize_t victim_write(void *cookie, const char *b, size_t n)
+{
+	struct victim_out *o = cookie;
+	if (o->len + n < sizeof(o->buf)) {
+		memcpy(o->buf + o->len, b, n);
+		o->len += n;
+		o->buf[o->len] = 0;
+	}
+	if (o->victim && strstr(o->buf, "print-victim")) {
+		sheaf_cache_destroy(o->victim); /* between two caches' reads */
+		o->victim = NULL;
+	}
+	return (ssize_t)n;
+}
+
+/* sheaf_stats_print_all(_json) reads one cache at a time and writes it with no lock
+ * held, so a cache may be destroyed during a print.  Every cache that lives through the
+ * whole print is printed: until 2026-11-29 the printer took "the next" cache by its
+ * place in the list, and the destroy of one already printed moved the next one into
+ * that place, skipped. */
+static void test_print_all_destroy(void)
+{
+	static struct victim_out o;
+	for (int json = 0; json < 2; json++) {
+		struct sheaf_cache *v = sheaf_cache_create("print-victim", 64, NULL);
+		struct sheaf_cache *next = sheaf_cache_create("print-next", 64, NULL);
+		REQUIRE(v && next);
+		memset(&o, 0, sizeof(o));
+		o.victim = v;
+		cookie_io_functions_t io = { .write = victim_write };
+		FILE *f = fopencookie(&o, "w", io);
+		REQUIRE(f != NULL);
+		setvbuf(f, NULL, _IONBF, 0);
+		if (json)
+			sheaf_stats_print_all_json(f);
+		else
+			sheaf_stats_print_all(f);
+		fclose(f);
+		CHECK(o.victim == NULL); /* destroyed during the print */
+		CHECKF(strstr(o.buf, "print-next") != NULL,
+		       "%s: a cache that lived through the print is missing",
+		       json ? "json" : "text");
+		sheaf_cache_destroy(next);
+	}
+}
+
 int main(void)
 {
 	/* Before the first cache no mode is chosen (it said per-thread, 2026-11-29). */
@@ -550,6 +603,7 @@ int main(void)
 	RUN(test_set_capacity_barn);
 	RUN(test_prefill_many);
 	RUN(test_stats_output);
+	RUN(test_print_all_destroy);
 	RUN(test_thread_exit);
 	RUN(test_fork_shrink);
 	return th_done();
