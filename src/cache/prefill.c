@@ -28,6 +28,21 @@ static void prefilled_lend(struct sheaf_cache *c, struct sheaf_sheaf *s)
 	sheaf_mutex_unlock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
 }
 
+/* May @s, in a slab of cache @m, be read as a sheaf?  Only if @m is a metadata cache and
+ * @s is the start of one of its objects that is not free.  A sheaf the first return freed
+ * (an oversize one of up to 505 objects, or one of an old capacity) was read by a second
+ * return or a refill after it: stale bytes, whose flag the return had cleared, so no
+ * wrong answer, but ASan builds died of use-after-poison there instead of the report
+ * (found by fuzz_cache, tests/fuzz/fuzz_model_more.h).  An interior address (the objects
+ * of a sheaf of another size) is no sheaf either, and its fields could lie in a slot's
+ * poisoned padding. */
+static bool meta_slot_live(const struct sheaf_cache *m, const void *s)
+{
+	if (!m->is_meta || !sheaf_obj_is_start(m, s))
+		return false;
+	return !(sheaf_track_cache(m) && sheaf_track_asan_ok(m) && sheaf_track_is_poisoned(s));
+}
+
 /* Is @s a sheaf @c lent and the program still holds?  Taken off c->prefilled and
  * unmarked (@take) when it is.  A returned sheaf may be unmapped already: one of more
  * than 505 objects has a mapping of its own (meta.c), and a second return or a refill
@@ -38,8 +53,8 @@ static void prefilled_lend(struct sheaf_cache *c, struct sheaf_sheaf *s)
 static bool prefilled_held(struct sheaf_cache *c, struct sheaf_sheaf *s, bool take)
 {
 	uintptr_t k = sheaf_page_key(s);
-	if (k && !sheaf_key_owner(k)->cache->is_meta)
-		return false; /* an object of a cache, not a sheaf */
+	if (k && !meta_slot_live(sheaf_key_owner(k)->cache, s))
+		return false; /* an object of a cache, or no live sheaf: not one lent */
 	bool found = false;
 	sheaf_mutex_lock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
 	if (k)

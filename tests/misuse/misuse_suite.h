@@ -758,6 +758,22 @@ static void test_handles(void)
 	ms_expect("return a prefilled sheaf twice", do_return_twice, pf, "wrong sheaf", "ms-a", pf);
 	sheaf_cache_return(ms_a, pf);
 
+	/* One object over the cache's capacity: an oversize sheaf in a metadata slab (up to
+	 * 505 objects), which its return frees.  The second return and the refill read the
+	 * freed slot: an ASan build died there of use-after-poison, without the report,
+	 * until 2026-11-29 (found by fuzz_cache, corpus found-refill-freed-sheaf). */
+	struct sheaf_stats st = { .size = sizeof(st) };
+	REQUIRE(sheaf_stats_get(ms_a, &st) == 0 && st.sheaf_capacity < 400);
+	struct sheaf_prefilled *mid = sheaf_cache_prefill(ms_a, (unsigned)st.sheaf_capacity + 1);
+	REQUIRE(mid);
+	ms_expect("return an oversize sheaf of a metadata slab twice", do_return_twice, mid,
+		  "wrong sheaf", "ms-a", mid);
+	ms_expect("refill a returned oversize sheaf of a metadata slab", do_refill_returned, mid,
+		  "wrong sheaf", "ms-a", mid);
+	ms_expect_warn("refill a returned oversize sheaf of a metadata slab", do_refill_returned,
+		       mid, "wrong sheaf", mid);
+	sheaf_cache_return(ms_a, mid);
+
 	void *p = ms_alloc(ms_a);
 	ms_expect("sheaf_cache_alloc(NULL)", do_alloc_null, NULL, "invalid cache", "?", NULL);
 	ms_expect("sheaf_cache_free(NULL, p)", do_free_null_cache, p, "invalid cache", "?", NULL);
