@@ -145,6 +145,11 @@ static void global_flush(struct sheaf_cache *c, const struct rcu_ops *ops, bool 
 	ops->barrier_all();
 }
 
+/* Both barriers keep errno: liburcu's waits (futex, poll) and usleep leave EINTR in it
+ * when a signal interrupts them, and retry; the barrier cannot fail, and a call that
+ * succeeds leaves errno as it was (README "Errors").  Under a timer signal,
+ * sheaf_rcu_barrier returned with errno EINTR every time until 2026-11-29 (found by
+ * fuzz_cache, whose libFuzzer runs a SIGALRM timer). */
 SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 {
 	if (!c || !sheaf_cache_check(c) || !c->rcu_priv)
@@ -166,6 +171,7 @@ SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 	int online = rcu_wait_prepare(ops, c);
 	if (online < 0)
 		return;
+	int e = errno; /* kept (above) */
 
 	/* No cancellation while the barrier holds its locks: pthread_cond_wait (a ticket's
 	 * callback running, taken_finish) is a cancellation point, and a thread cancelled
@@ -182,6 +188,7 @@ SHEAF_API void sheaf_cache_rcu_barrier(struct sheaf_cache *c)
 	sheaf_mutex_unlock(&st->barrier_mutex, SHEAF_LOCK_RCU_BARRIER);
 	pthread_setcancelstate(cancel_state, NULL);
 	rcu_wait_finish(ops, online);
+	errno = e;
 }
 
 /* Is a per-cache barrier that took its units with take number @seq or earlier still
@@ -213,6 +220,7 @@ SHEAF_API void sheaf_rcu_barrier(void)
 	int online = rcu_wait_prepare(ops, NULL);
 	if (online < 0)
 		return;
+	int e = errno; /* kept, as in sheaf_cache_rcu_barrier */
 	/* Every cache's units are handed to call_rcu now or, behind a ticket in flight, by
 	 * that ticket's callback; two rcu_barrier() calls wait for both generations (the
 	 * second ticket is queued before the first rcu_barrier() returns).  This also waits
@@ -232,6 +240,7 @@ SHEAF_API void sheaf_rcu_barrier(void)
 		usleep(100);
 	pthread_setcancelstate(cancel_state, NULL);
 	rcu_wait_finish(ops, online);
+	errno = e;
 }
 
 /* ---- SHEAF_TYPESAFE_BY_RCU: slab pages go back after a grace period ------------------ */

@@ -510,7 +510,9 @@ static void free_sync(struct sheaf_cache *c, const struct rcu_ops *ops, void *ob
 			"object leaked",
 			c->name, obj);
 	} else {
+		int e = errno; /* a signal in the wait leaves EINTR: kept, as by the barriers */
 		ops->sync();
+		errno = e;
 		if (objs_prepare(c, &obj, 1))
 			sheaf_slab_free_bulk(c, &obj, 1);
 	}

@@ -6,7 +6,16 @@
  * Until 2026-11-29 a refill that could not map a heap block left ENOMEM in errno while
  * the slab path (or the part of the refill that worked) served the call: an adversarial
  * sweep saw alloc, bulk and prefill succeed with errno 12.
+ *
+ * t_barrier_signals: the RCU barriers keep errno while a timer signal interrupts their
+ * waits (liburcu's futex and poll, usleep, which leave EINTR and retry): until
+ * 2026-11-29 sheaf_rcu_barrier returned with errno EINTR every time under a 200 us
+ * SIGALRM timer (found by fuzz_cache: libFuzzer's -timeout runs one).
  */
+#include <signal.h>
+#include <string.h>
+#include <sys/time.h>
+
 #include "harness.h"
 #include "base/base.h"
 #include "sheaf.h"
@@ -90,8 +99,59 @@ static void t_errno_kept(void)
 	CHECKF(failed == 0, "%d runs saw a success that changed errno\n", failed);
 }
 
+static void on_alarm(int sig)
+{
+	(void)sig;
+}
+
+static void barriers(void *arg)
+{
+	(void)arg;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_alarm; /* no SA_RESTART: interrupted waits see EINTR */
+	sigaction(SIGALRM, &sa, NULL);
+	struct itimerval it = { { 0, 200 }, { 0, 200 } };
+	setitimer(ITIMER_REAL, &it, NULL);
+	struct sheaf_cache *c = sheaf_cache_create("errno-barrier", 64, NULL);
+	REQUIRE(c);
+	int per_cache = 0, global = 0;
+	for (int i = 0; i < 100; i++) {
+		void *p = sheaf_cache_alloc(c);
+		REQUIRE(p);
+		sheaf_cache_free_rcu(c, p);
+		errno = MAGIC;
+		sheaf_cache_rcu_barrier(c);
+		per_cache += errno != MAGIC;
+		p = sheaf_cache_alloc(c);
+		REQUIRE(p);
+		sheaf_cache_free_rcu(c, p);
+		errno = MAGIC;
+		sheaf_rcu_barrier();
+		global += errno != MAGIC;
+	}
+	struct itimerval off = { { 0, 0 }, { 0, 0 } };
+	setitimer(ITIMER_REAL, &off, NULL);
+	sheaf_cache_destroy(c);
+	if (per_cache || global)
+		fprintf(stderr,
+			"errno changed by %d of 100 sheaf_cache_rcu_barrier, %d of 100 "
+			"sheaf_rcu_barrier\n",
+			per_cache, global);
+	fflush(NULL);
+	_exit(per_cache || global ? 1 : 0);
+}
+
+static void t_barrier_signals(void)
+{
+	struct th_child r;
+	th_run_child(barriers, NULL, &r);
+	CHECKF(r.exited && r.status == 0, "exit %d signal %d: %s", r.status, r.sig, r.err);
+}
+
 int main(void)
 {
 	RUN(t_errno_kept);
+	RUN(t_barrier_signals);
 	return th_done();
 }
