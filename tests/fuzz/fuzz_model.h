@@ -11,7 +11,10 @@
  * reallocated, and the statistics must agree with the model after a barrier and a
  * shrink (objects in use == objects held + objects in prefilled sheaves).  A failed
  * allocation must say ENOMEM (or EINVAL where the arguments are bad) and change
- * nothing.  Any disagreement aborts with a message: libFuzzer keeps the input.
+ * nothing; a successful call must keep errno.  A malloc block is held at its usable
+ * size, which must be the one docs/malloc.md gives, and every usable byte is the
+ * model's.  Any disagreement aborts with a message: libFuzzer keeps the input.
+ * More operations and checks: fuzz_model_more.h.
  *
  * Memory is bounded: at most FZ_MAX_OBJS objects and FZ_MAX_BYTES bytes are held at a
  * time; requests beyond that are skipped.
@@ -21,6 +24,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <unistd.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,7 +33,9 @@
 #include <time.h>
 
 #include "base/base.h"
+#include "base/error.h"
 #include "malloc/malloc.h"
+#include "malloc/sizeclass.h"
 #include "sheaf.h"
 #include "sheaf_malloc.h"
 #include "sheaf_stats.h"
@@ -39,6 +45,8 @@
 #define FZ_MAX_OBJS  2048
 #define FZ_MAX_BYTES (48ul << 20)
 #define FZ_MALLOC    (-1)
+/* errno before every call: a successful call must leave it as it was (README "Errors"). */
+#define FZ_ERRNO 4242
 
 struct fz_obj {
 	unsigned char *p;
@@ -71,6 +79,7 @@ struct fz_state {
 	unsigned long ops, fails_seen;
 	size_t last_size; /* of the last request, for messages */
 	bool trace;       /* SHEAF_FUZZ_TRACE set: print every operation */
+	bool v2;          /* the input's first byte has 0x80: the operations of fuzz_model_more.h */
 };
 
 static void fz_fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
@@ -201,6 +210,16 @@ static void fz_alloc_failed(struct fz_state *s, const char *what, int err)
 			what, s->last_size, s->ops, s->nobj, s->bytes);
 }
 
+/* A call that succeeded kept errno (README "Errors": successful calls leave errno as it
+ * was).  Allocations are checked with faults armed too (a step that found no memory on
+ * the way must not show); other calls only when no fault is armed. */
+static void fz_errno_kept(struct fz_state *s, const char *what, bool alloc)
+{
+	if (errno != FZ_ERRNO && (alloc || s->strict))
+		fz_fail("%s succeeded but changed errno from %d to %d (op %lu)", what, FZ_ERRNO,
+			errno, s->ops);
+}
+
 /* ---- The object API -------------------------------------------------------------- */
 
 static const size_t fz_sizes[] = { 1,   8,    15,   16,   24,   64,    100,   192,
@@ -276,7 +295,7 @@ static void fz_cache_create(struct fz_state *s, int i)
 		args.align = (size_t)1 << ((b >> 2) % 7);
 	char name[32];
 	snprintf(name, sizeof(name), "fuzz-%d", i);
-	errno = 0;
+	errno = FZ_ERRNO;
 	struct sheaf_cache *c = sheaf_cache_create(name, size, &args);
 	if (!c) {
 		/* A valid alignment that does not fit the size is EINVAL. */
@@ -285,6 +304,7 @@ static void fz_cache_create(struct fz_state *s, int i)
 		fz_alloc_failed(s, "sheaf_cache_create", errno);
 		return;
 	}
+	fz_errno_kept(s, "sheaf_cache_create", true);
 	memset(fc, 0, sizeof(*fc));
 	fc->c = c;
 	fc->size = size;
@@ -300,12 +320,13 @@ static void fz_cache_alloc(struct fz_state *s, int i)
 	struct fz_cache *fc = &s->cache[i];
 	if (!fz_room(s, 1, fc->size))
 		return;
-	errno = 0;
+	errno = FZ_ERRNO;
 	void *p = sheaf_cache_alloc(fc->c);
 	if (!p) {
 		fz_alloc_failed(s, "sheaf_cache_alloc", errno);
 		return;
 	}
+	fz_errno_kept(s, "sheaf_cache_alloc", true);
 	if (sheaf_cache_of(p) != fc->c)
 		fz_fail("sheaf_cache_of(%p) is not the cache that allocated it", p);
 	fz_add(s, p, fc->size, fc->size, i);
@@ -319,12 +340,14 @@ static void fz_cache_free(struct fz_state *s, int i, bool rcu)
 	fz_verify(&s->obj[k], rcu ? "free_rcu" : "free");
 	void *p = s->obj[k].p;
 	fz_remove(s, k);
+	errno = FZ_ERRNO;
 	if (rcu) {
 		sheaf_cache_free_rcu(s->cache[i].c, p);
 		s->cache[i].rcu_pending++;
 	} else {
 		sheaf_cache_free(s->cache[i].c, p);
 	}
+	fz_errno_kept(s, rcu ? "sheaf_cache_free_rcu" : "sheaf_cache_free", false);
 }
 
 static void fz_cache_bulk(struct fz_state *s, int i)
@@ -335,7 +358,7 @@ static void fz_cache_bulk(struct fz_state *s, int i)
 	if (fz_u8(s) & 1) {
 		if (!fz_room(s, n, n * fc->size))
 			return;
-		errno = 0;
+		errno = FZ_ERRNO;
 		size_t got = sheaf_cache_alloc_bulk(fc->c, n, v);
 		if (got == 0) {
 			fz_alloc_failed(s, "sheaf_cache_alloc_bulk", errno);
@@ -343,6 +366,7 @@ static void fz_cache_bulk(struct fz_state *s, int i)
 		}
 		if (got != n)
 			fz_fail("alloc_bulk(%u) returned %zu: all or nothing", n, got);
+		fz_errno_kept(s, "sheaf_cache_alloc_bulk", true);
 		for (unsigned k = 0; k < n; k++)
 			fz_add(s, v[k], fc->size, fc->size, i);
 		return;
@@ -356,8 +380,10 @@ static void fz_cache_bulk(struct fz_state *s, int i)
 		v[m++] = s->obj[k].p;
 		fz_remove(s, k);
 	}
+	errno = FZ_ERRNO;
 	if (m)
 		sheaf_cache_free_bulk(fc->c, m, v);
+	fz_errno_kept(s, "sheaf_cache_free_bulk", false);
 }
 
 static void fz_cache_prefill(struct fz_state *s, int i)
@@ -368,13 +394,16 @@ static void fz_cache_prefill(struct fz_state *s, int i)
 	if (fc->pf[j]) {
 		/* Refill, or return. */
 		if (want & 1) {
+			errno = FZ_ERRNO;
 			sheaf_cache_return(fc->c, fc->pf[j]);
 			fc->pf[j] = NULL;
+			fz_errno_kept(s, "sheaf_cache_return", false);
 			return;
 		}
 		if (!fz_room(s, want, want * fc->size))
 			return;
 		struct sheaf_prefilled *old = fc->pf[j];
+		errno = FZ_ERRNO;
 		int r = sheaf_cache_refill(fc->c, &fc->pf[j], want);
 		if (r == -EINVAL && want == 0)
 			return;
@@ -396,6 +425,7 @@ static void fz_cache_prefill(struct fz_state *s, int i)
 		}
 		if (r != 0)
 			fz_fail("refill(%u) returned %d", want, r);
+		fz_errno_kept(s, "sheaf_cache_refill", true);
 		if (sheaf_prefilled_size(fc->pf[j]) < want)
 			fz_fail("refill(%u) left %u objects", want,
 				sheaf_prefilled_size(fc->pf[j]));
@@ -404,7 +434,7 @@ static void fz_cache_prefill(struct fz_state *s, int i)
 	}
 	if (!fz_room(s, want, want * fc->size))
 		return;
-	errno = 0;
+	errno = FZ_ERRNO;
 	struct sheaf_prefilled *p = sheaf_cache_prefill(fc->c, want);
 	if (!p) {
 		if (want == 0 && errno == EINVAL)
@@ -414,6 +444,7 @@ static void fz_cache_prefill(struct fz_state *s, int i)
 	}
 	if (want == 0)
 		fz_fail("prefill(0) succeeded: EINVAL expected");
+	fz_errno_kept(s, "sheaf_cache_prefill", true);
 	if (sheaf_prefilled_size(p) < want)
 		fz_fail("prefill(%u) holds %u objects", want, sheaf_prefilled_size(p));
 	fc->pf[j] = p;
@@ -426,7 +457,10 @@ static void fz_cache_alloc_from(struct fz_state *s, int i)
 	int j = (int)(fz_u8(s) % FZ_PREFILLED);
 	if (!fc->pf[j] || !fz_room(s, 1, fc->size))
 		return;
+	errno = FZ_ERRNO;
 	void *p = sheaf_cache_alloc_from(fc->c, fc->pf[j]);
+	if (p)
+		fz_errno_kept(s, "sheaf_cache_alloc_from", true);
 	if (!p) {
 		if (fc->pf_n[j])
 			fz_fail("alloc_from returned NULL with %u objects promised", fc->pf_n[j]);
@@ -444,6 +478,7 @@ static void fz_cache_alloc_from(struct fz_state *s, int i)
 static void fz_cache_barrier_shrink(struct fz_state *s, int i, unsigned how)
 {
 	struct fz_cache *fc = &s->cache[i];
+	errno = FZ_ERRNO;
 	/* Barriers wait for grace periods (the global one for liburcu's callback batches,
 	 * 10 ms apart): rarer than the rest, or they would be most of the run time. */
 	if ((how & 1) && (fc->rcu_pending || (how & 0x30) == 0)) {
@@ -454,8 +489,10 @@ static void fz_cache_barrier_shrink(struct fz_state *s, int i, unsigned how)
 		for (int k = 0; k < FZ_CACHES; k++)
 			s->cache[k].rcu_pending = 0;
 	}
+	fz_errno_kept(s, "rcu barrier", false);
 	if (how & 4) {
 		sheaf_cache_shrink(fc->c);
+		fz_errno_kept(s, "sheaf_cache_shrink", false);
 		fz_cache_check_stats(s, i, fc->rcu_pending == 0);
 	} else {
 		fz_cache_check_stats(s, i, false);
@@ -478,7 +515,10 @@ static void fz_cache_set_capacity(struct fz_state *s, int i)
 	if (most > SHEAF_MAX_SHEAF_CAPACITY)
 		most = SHEAF_MAX_SHEAF_CAPACITY;
 	unsigned cap = (unsigned)((v >> 2) % most) + 1;
+	errno = FZ_ERRNO;
 	int r = sheaf_cache_set_capacity(s->cache[i].c, cap);
+	if (r == 0)
+		fz_errno_kept(s, "sheaf_cache_set_capacity", false);
 	/* A cache without sheaves has no capacity to set. */
 	if (r != 0 && !(r == -EINVAL && (s->cache[i].flags & SHEAF_NO_SHEAVES)))
 		fz_fail("set_capacity(%u) returned %d", cap, r);
@@ -530,21 +570,67 @@ static size_t fz_msize(struct fz_state *s)
 	return (size_t)fz_u16(s) * 16;
 }
 
-static void fz_malloc_new(struct fz_state *s, void *p, size_t req, const char *what)
+/* A new block of @req bytes: errno kept, the usable size at least @req and, for a
+ * plain request (@plain: malloc, calloc, realloc), the one docs/malloc.md gives: the
+ * class's size (a request of n > 128 B gets less than 1.25 n, n <= 128 B at most 15 B
+ * more, 1-8 B get 8), or whole pages of an extent.  The model then writes and checks
+ * every usable byte (malloc_usable_size's promise: all of them are the program's). */
+static void fz_malloc_new(struct fz_state *s, void *p, size_t req, const char *what, bool plain)
 {
+	fz_errno_kept(s, what, true);
 	size_t us = sheaf_usable_size(p);
-	if (us < req)
-		fz_fail("%s(%zu): usable size %zu", what, req, us);
-	fz_add(s, p, req ? req : 1, req, FZ_MALLOC);
+	if (us < req || errno != FZ_ERRNO)
+		fz_fail("%s(%zu): usable size %zu, errno %d", what, req, us, errno);
+	struct sheaf_cache *c = sheaf_cache_of(p);
+	if (c && us != sheaf_cache_object_size(c))
+		fz_fail("%s(%zu): usable size %zu in class %s", what, req, us, sheaf_cache_name(c));
+	if (!c && ((uintptr_t)p % 4096 || us % 4096))
+		fz_fail("%s(%zu): extent %p of %zu bytes not whole pages", what, req, p, us);
+	if (plain && req > SHEAF_SC_MAX && c)
+		fz_fail("%s(%zu): a class object (%s) above the classes", what, req,
+			sheaf_cache_name(c));
+	if (plain && c && us != sheaf_sc_size[sheaf_sc_index(req)])
+		fz_fail("%s(%zu): usable size %zu, the class of the request is %u", what, req, us,
+			sheaf_sc_size[sheaf_sc_index(req)]);
+	if (plain && req <= SHEAF_SC_MAX / 2 && !c)
+		fz_fail("%s(%zu): an extent below the big classes", what, req);
+	/* A shrink the kernel refused keeps the whole extent (mremap failures injected). */
+	if (plain && !c && s->strict && us > req + req / 2 + (68u << 10))
+		fz_fail("%s(%zu): extent of %zu bytes", what, req, us);
+	fz_add(s, p, us, req, FZ_MALLOC);
 }
+
+/* Is byte @b of @o one the model writes (fz_fill)? */
+static bool fz_written(const struct fz_obj *o, size_t b)
+{
+	return o->size <= 512 || b < 256 || b >= o->size - 256 || b % 4096 == 0;
+}
+
+/* The bytes of @o that the model wrote and that a realloc to @keep bytes keeps. */
+static void fz_verify_prefix(const unsigned char *p, const struct fz_obj *o, size_t keep,
+			     const char *what, size_t n)
+{
+	for (size_t b = 0; b < keep; b++) {
+		if (!fz_written(o, b)) {
+			size_t next = (b / 4096 + 1) * 4096;
+			b = (next < o->size - 256 ? next : o->size - 256) - 1;
+			continue;
+		}
+		if (p[b] != o->tag)
+			fz_fail("%s(%zu -> %zu) lost byte %zu: 0x%02x, expected 0x%02x", what,
+				o->size, n, b, p[b], o->tag);
+	}
+}
+
+#include "fuzz_model_more.h"
 
 static void fz_malloc_op(struct fz_state *s, unsigned op)
 {
 	size_t n = fz_msize(s);
 	void *p = NULL;
 	s->last_size = n;
-	errno = 0;
-	switch (op % 10) {
+	errno = FZ_ERRNO;
+	switch (op % (s->v2 ? 12 : 10)) {
 	case 0:
 	case 1: /* malloc */
 		if (!fz_room(s, 1, n + 1))
@@ -552,7 +638,7 @@ static void fz_malloc_op(struct fz_state *s, unsigned op)
 		p = sheaf_malloc(n);
 		if (!p)
 			return fz_alloc_failed(s, "malloc", errno);
-		fz_malloc_new(s, p, n, "malloc");
+		fz_malloc_new(s, p, n, "malloc", true);
 		return;
 	case 2: { /* calloc, with overflowing products too */
 		size_t m = fz_u8(s) % 5;
@@ -572,39 +658,14 @@ static void fz_malloc_op(struct fz_state *s, unsigned op)
 		for (size_t k = 0; k < n * m; k += k < 4096 ? 1 : 509)
 			if (((unsigned char *)p)[k])
 				fz_fail("calloc(%zu, %zu): byte %zu not zero", n, m, k);
-		fz_malloc_new(s, p, n * m, "calloc");
+		fz_malloc_new(s, p, n * m, "calloc", true);
 		return;
 	}
-	case 3: { /* realloc: grow, shrink, to 0, from NULL */
-		size_t k = fz_pick(s, FZ_MALLOC, fz_u16(s));
-		if (k == SIZE_MAX || !fz_room(s, 0, n))
-			return;
-		struct fz_obj o = s->obj[k];
-		fz_verify(&o, "realloc");
-		if (n == 0) {
-			fz_remove(s, k);
-			if (sheaf_realloc(o.p, 0) != NULL)
-				fz_fail("realloc(p, 0) did not free");
-			return;
-		}
-		p = sheaf_realloc(o.p, n);
-		if (!p) {
-			fz_alloc_failed(s, "realloc", errno);
-			return; /* the old block is intact: verified later */
-		}
-		fz_remove(s, k);
-		/* The kept prefix still holds the old tag where the model wrote it: the
-		 * whole object up to 512 bytes, else the first 256. */
-		size_t keep = o.size < n ? o.size : n;
-		size_t chk = o.size <= 512 ? keep : (keep < 256 ? keep : 256);
-		for (size_t b = 0; b < chk; b++)
-			if (((unsigned char *)p)[b] != o.tag)
-				fz_fail("realloc(%zu -> %zu) lost byte %zu", o.size, n, b);
-		fz_malloc_new(s, p, n, "realloc");
+	case 3: /* realloc: grow, shrink, to 0, from NULL */
+		fz_realloc(s, n);
 		return;
-	}
 	case 4: { /* aligned_alloc and posix_memalign, every power of two, bad ones too */
-		unsigned sh = fz_u8(s) % 22;
+		unsigned sh = fz_u8(s) % (s->v2 ? 25 : 22);
 		size_t al = (size_t)1 << sh;
 		bool bad = fz_u8(s) % 8 == 0;
 		if (bad)
@@ -612,8 +673,12 @@ static void fz_malloc_op(struct fz_state *s, unsigned op)
 		if (!fz_room(s, 1, n + al))
 			return;
 		if (op & 16) {
+			/* *memptr is left alone on failure (docs/malloc.md). */
+			p = &s->last_size;
 			int r = sheaf_malloc_posix_memalign(&p, al, n);
 			bool invalid = bad || al < sizeof(void *);
+			if (r && p != &s->last_size)
+				fz_fail("posix_memalign(%zu) failed (%d) and wrote *memptr", al, r);
 			if (invalid) {
 				if (r != EINVAL)
 					fz_fail("posix_memalign(%zu) returned %d, EINVAL expected",
@@ -635,7 +700,7 @@ static void fz_malloc_op(struct fz_state *s, unsigned op)
 		}
 		if ((uintptr_t)p & (al - 1))
 			fz_fail("aligned allocation %p not aligned to %zu", p, al);
-		fz_malloc_new(s, p, n, "aligned_alloc");
+		fz_malloc_new(s, p, n, "aligned_alloc", false);
 		return;
 	}
 	case 5: { /* memalign, valloc, pvalloc */
@@ -658,7 +723,7 @@ static void fz_malloc_op(struct fz_state *s, unsigned op)
 			return fz_alloc_failed(s, "memalign/valloc/pvalloc", errno);
 		if ((uintptr_t)p & (al - 1))
 			fz_fail("memalign family: %p not aligned to %zu", p, al);
-		fz_malloc_new(s, p, req, "memalign");
+		fz_malloc_new(s, p, req, "memalign", false);
 		return;
 	}
 	case 6: { /* reallocarray, with overflow */
@@ -681,7 +746,7 @@ static void fz_malloc_op(struct fz_state *s, unsigned op)
 		if (!p)
 			return fz_alloc_failed(s, "reallocarray", errno);
 		fz_remove(s, k);
-		fz_malloc_new(s, p, n * m, "reallocarray");
+		fz_malloc_new(s, p, n * m, "reallocarray", true);
 		return;
 	}
 	case 7:
@@ -714,6 +779,19 @@ static void fz_malloc_op(struct fz_state *s, unsigned op)
 		p = sheaf_malloc((size_t)PTRDIFF_MAX + 1 + n);
 		if (p || errno != ENOMEM)
 			fz_fail("malloc of more than PTRDIFF_MAX: %p errno %d", p, errno);
+		return;
+	case 10: /* v2: memalign with any alignment, rounded up to a power of two */
+		fz_memalign_any(s, n);
+		return;
+	case 11: /* v2: usable size of NULL, realloc from NULL */
+		if (sheaf_usable_size(NULL) != 0 || errno != FZ_ERRNO)
+			fz_fail("malloc_usable_size(NULL) is not 0, or changed errno");
+		if (!fz_room(s, 1, n + 1))
+			return;
+		p = sheaf_realloc(NULL, n);
+		if (!p)
+			return fz_alloc_failed(s, "realloc(NULL)", errno);
+		fz_malloc_new(s, p, n, "realloc(NULL)", true);
 		return;
 	}
 }
@@ -790,13 +868,9 @@ static void fz_step(struct fz_state *s, bool malloc_only)
 	case 11:
 		fz_cache_destroy(s, i);
 		break;
-	case 12: { /* sheaf_cache_of on held objects of any owner */
-		size_t k = fz_pick(s, -2, fz_u16(s));
-		if (k != SIZE_MAX && s->obj[k].owner >= 0 &&
-		    sheaf_cache_of(s->obj[k].p) != s->cache[s->obj[k].owner].c)
-			fz_fail("sheaf_cache_of(%p) is not its cache", (void *)s->obj[k].p);
+	case 12: /* sheaf_cache_of; in v2 misuse, NULLs, destroy (fuzz_model_more.h) */
+		fz_cache_more(s, i);
 		break;
-	}
 	}
 }
 
@@ -841,22 +915,24 @@ static void fz_end(struct fz_state *s)
 	sheaf_cache_destroy(c);
 }
 
-static void fz_run(const uint8_t *d, size_t n, bool malloc_only, bool faults)
+static void fz_run(const uint8_t *d, size_t n, bool malloc_only, bool faults, bool v2)
 {
 	static struct fz_state st; /* 80 KiB: not on the stack */
 	fz_begin(&st, d, n, faults);
+	st.v2 = v2;
 	while (st.i < st.n)
 		fz_step(&st, malloc_only);
 	fz_end(&st);
 }
 
 /* The two targets' inputs (fuzz_cache.c, fuzz_malloc.c), also replayed by
- * tests/stress/test_fuzz_replay.c.  The first byte chooses whether faults may be armed. */
+ * tests/stress/test_fuzz_replay.c.  The first byte chooses whether faults may be armed
+ * (0x01) and whether the operations of fuzz_model_more.h are in the mix (0x80). */
 static inline void fz_target_cache(const uint8_t *data, size_t size)
 {
 	if (size == 0)
 		return;
-	fz_run(data + 1, size - 1, false, data[0] & 1);
+	fz_run(data + 1, size - 1, false, data[0] & 1, data[0] & 0x80);
 }
 
 static inline void fz_target_malloc(const uint8_t *data, size_t size)
@@ -868,7 +944,7 @@ static inline void fz_target_malloc(const uint8_t *data, size_t size)
 		sheaf_fault_arm((enum sheaf_fault_kind)(data[1] % SHEAF_FAULT_NR),
 				data[1] / 8 % 32 + 1, data[1] & 0x80);
 	}
-	fz_run(data + 2, size - 2, true, data[0] & 1);
+	fz_run(data + 2, size - 2, true, data[0] & 1, data[0] & 0x80);
 }
 
 #endif /* SHEAF_FUZZ_MODEL_H */
