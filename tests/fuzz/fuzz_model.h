@@ -64,6 +64,7 @@ struct fz_cache {
 	struct sheaf_prefilled *pf[FZ_PREFILLED];
 	unsigned pf_n[FZ_PREFILLED]; /* objects left in each prefilled sheaf */
 	unsigned rcu_pending;        /* freed with free_rcu since the last barrier */
+	unsigned cap;                /* set with sheaf_cache_set_capacity (0: never) */
 };
 
 struct fz_state {
@@ -242,6 +243,10 @@ static uint64_t fz_inuse(struct fz_cache *fc)
 	st.size = sizeof(st);
 	if (sheaf_stats_get(fc->c, &st) != 0)
 		fz_fail("sheaf_stats_get failed");
+	/* sheaf.h: after set_capacity the cache keeps that capacity (no adapting). */
+	if (fc->cap && st.sheaf_capacity != fc->cap)
+		fz_fail("cache '%s': capacity %llu, set to %u", sheaf_cache_name(fc->c),
+			(unsigned long long)st.sheaf_capacity, fc->cap);
 	return st.objects_inuse;
 }
 
@@ -517,8 +522,10 @@ static void fz_cache_set_capacity(struct fz_state *s, int i)
 	unsigned cap = (unsigned)((v >> 2) % most) + 1;
 	errno = FZ_ERRNO;
 	int r = sheaf_cache_set_capacity(s->cache[i].c, cap);
-	if (r == 0)
+	if (r == 0) {
 		fz_errno_kept(s, "sheaf_cache_set_capacity", false);
+		s->cache[i].cap = cap;
+	}
 	/* A cache without sheaves has no capacity to set. */
 	if (r != 0 && !(r == -EINVAL && (s->cache[i].flags & SHEAF_NO_SHEAVES)))
 		fz_fail("set_capacity(%u) returned %d", cap, r);
