@@ -264,8 +264,32 @@ static void test_options_read_once(void)
 	}
 }
 
+/* The cases expect the compiled defaults as the earlier value ('keeping 0'), and a
+ * SHEAF_OPTIONS value that no variable overrides: the user's own SHEAF_* settings (say
+ * SHEAF_SHEAF_CAPACITY=1, which wins over SHEAF_OPTIONS) are cleared first.  SHEAF_TEST_*
+ * stay (they are the tests'). */
+static void clear_user_options(void)
+{
+	extern char **environ;
+	char name[256];
+	for (size_t i = 0; environ[i];) {
+		const char *eq = strchr(environ[i], '=');
+		size_t n = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
+		if (strncmp(environ[i], "SHEAF_", 6) || !strncmp(environ[i], "SHEAF_TEST_", 11) ||
+		    n >= sizeof(name)) {
+			i++;
+			continue;
+		}
+		memcpy(name, environ[i], n);
+		name[n] = 0;
+		printf("# %s cleared (the cases expect the defaults)\n", name);
+		unsetenv(name); /* environ[i] is now the next variable */
+	}
+}
+
 int main(void)
 {
+	clear_user_options();
 	RUN(test_strict_options);
 	RUN(test_option_set_names);
 	RUN(test_options_long);
