@@ -8,6 +8,7 @@
  * sheaves.
  */
 #include "harness.h"
+#include "base/base.h" /* sheaf_option_long: the capacity in effect */
 
 #include <pthread.h>
 #include <sched.h>
@@ -94,7 +95,7 @@ static void test_whole_sheaves(void)
  * (past 32 KiB of objects a sheaf: cache/create.c capacity_ladder_init). */
 static void larger_than_capacity(size_t size)
 {
-	if (getenv("SHEAF_SHEAF_CAPACITY")) {
+	if (sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY)) {
 		printf("# skipped: SHEAF_SHEAF_CAPACITY fixes the capacity\n");
 		return;
 	}

@@ -528,7 +528,7 @@ static void refill_by_demand_checks(void)
 	got = first_refill("demand-own", 2048, &own, &cap);
 	CHECKF(got == cap && cap == 40, "capacity 40: first refill %llu of %llu",
 	       (unsigned long long)got, (unsigned long long)cap);
-	if (getenv("SHEAF_SHEAF_CAPACITY")) {
+	if (sheaf_option_long(SHEAF_OPT_SHEAF_CAPACITY)) {
 		printf("# SHEAF_SHEAF_CAPACITY is set: every capacity is the caller's\n");
 		return;
 	}
