@@ -9,6 +9,9 @@
 #
 # Usage: test_debug_preload.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
+# The misuse cases expect the default error mode, abort (README "Errors"); a user's
+# SHEAF_ON_ERROR=warn would report, leak and go on.  The warn cases set it themselves.
+export SHEAF_ON_ERROR=abort
 build=$(cd "$1" && pwd)
 lib=$build/src/malloc/preload/libsheaf-malloc.so
 work=$build/debug-tools

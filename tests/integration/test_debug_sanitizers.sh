@@ -15,6 +15,9 @@
 # The two instrumented libraries are built (once, incrementally) under
 # BUILD_DIR/debug-tools/; an ASan BUILD_DIR is reused as it is.
 set -uo pipefail
+# The double-free case expects the default error mode, abort (README "Errors"); a user's
+# SHEAF_ON_ERROR=warn would report, leak and go on.
+export SHEAF_ON_ERROR=abort
 build=$(cd "$1" && pwd)
 src=$(cd "$2" && pwd)
 work=$build/debug-tools

@@ -7,6 +7,9 @@
 # program goes on).  SHEAF_MALLOC_STATS counts every block honestly: a program that
 # frees all it allocates, through reallocs that move, shows equal counts.
 . "$2/src/malloc/preload/preload_test_lib.sh" "$1" "$2"
+# The misuse cases expect the default error mode, abort (README "Errors"); a user's
+# SHEAF_ON_ERROR=warn would report, leak and go on.  The warn cases set it themselves.
+export SHEAF_ON_ERROR=abort
 CC=${CC:-gcc}
 CXX=${CXX:-g++}
 command -v "$CC" >/dev/null || { echo "SKIP: $CC not installed"; exit 77; }
