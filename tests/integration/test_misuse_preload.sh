@@ -10,6 +10,8 @@
 # The misuse cases expect the default error mode, abort (README "Errors"); a user's
 # SHEAF_ON_ERROR=warn would report, leak and go on.  The warn cases set it themselves.
 export SHEAF_ON_ERROR=abort
+# And with the free checks a user's SHEAF_FREE_CHECKS=0 would turn off.
+export SHEAF_FREE_CHECKS=1
 CC=${CC:-gcc}
 CXX=${CXX:-g++}
 command -v "$CC" >/dev/null || { echo "SKIP: $CC not installed"; exit 77; }
