@@ -74,6 +74,10 @@ int sheaf_os_getcpu(void); /* current CPU (rseq cpu_id via glibc) */
 void sheaf_os_print(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* strerror() without the locale (it may allocate: os.c); for reports made at any time. */
 const char *sheaf_os_errstr(int e);
+/* The start of a small file (sysfs, /proc) into @buf, at most @n - 1 bytes and a NUL:
+ * the count read, or -1.  open/read, not stdio: fopen allocates its FILE with malloc,
+ * which under the preload is ours.  Cancellation points (open, read, close). */
+ssize_t sheaf_os_read_file(const char *path, char *buf, size_t n);
 
 /* ---- options.c: one table of options (docs/options.md) ---------------------------- */
 enum sheaf_option_id {

@@ -9,7 +9,6 @@
  * gets a barn (D3); a memoryless node's slabs come from its nearest memory node.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,21 +41,11 @@ static int parse_list(const char *s, unsigned char *bits, int max)
 	return hi;
 }
 
-/* The first line of a sysfs file into @buf.  open/read, not stdio: fopen allocates its
- * FILE with malloc, which under the preload is ours, still starting. */
+/* The first line of a sysfs file into @buf (sheaf_os_read_file: no allocation). */
 static int read_line(const char *path, char *buf, size_t n)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (sheaf_os_read_file(path, buf, n) <= 0)
 		return -1;
-	ssize_t r;
-	do
-		r = read(fd, buf, n - 1);
-	while (r < 0 && errno == EINTR);
-	close(fd);
-	if (r <= 0)
-		return -1;
-	buf[r] = '\0';
 	char *nl = strchr(buf, '\n');
 	if (nl)
 		nl[1] = '\0';

@@ -5,6 +5,7 @@
  * because it runs when the heap may be corrupt.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -131,6 +132,22 @@ const char *sheaf_os_errstr(int e)
 	default:
 		return "an unexpected error";
 	}
+}
+
+ssize_t sheaf_os_read_file(const char *path, char *buf, size_t n)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t r;
+	do
+		r = read(fd, buf, n - 1);
+	while (r < 0 && errno == EINTR);
+	close(fd);
+	if (r < 0)
+		return -1;
+	buf[r] = '\0';
+	return r;
 }
 
 int sheaf_sys_munmap(void *p, size_t len)

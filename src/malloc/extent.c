@@ -9,7 +9,6 @@
  * the fork walk of the lock table (base/lock.h) through malloc_extent_fork_register().
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -320,16 +319,12 @@ static uint64_t space_room(void)
 	char buf[256];
 	int cancel_state, e = errno;
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
-	int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-	ssize_t r = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
-	if (fd >= 0)
-		close(fd);
+	ssize_t r = sheaf_os_read_file("/proc/self/statm", buf, sizeof(buf));
 	pthread_setcancelstate(cancel_state, NULL);
 	errno = e;
 	unsigned long long f[6];
 	if (r <= 0)
 		return 0;
-	buf[r] = '\0';
 	if (sscanf(buf, "%llu %llu %llu %llu %llu %llu", &f[0], &f[1], &f[2], &f[3], &f[4],
 		   &f[5]) != 6)
 		return 0;

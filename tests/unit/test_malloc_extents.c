@@ -367,6 +367,22 @@ static unsigned long long vm_bytes(void)
 	return pages * 4096;
 }
 
+/* May this process set RLIMIT_AS for a test and read its size?  Says why not. */
+static bool limit_testable(void)
+{
+#if SANITIZE_ADDRESS || SANITIZE_THREAD
+	printf("# skipped: RLIMIT_AS under a sanitizer\n");
+	return false;
+#endif
+	struct rlimit old;
+	REQUIRE(getrlimit(RLIMIT_AS, &old) == 0);
+	if (old.rlim_cur != RLIM_INFINITY || vm_bytes() == 0) {
+		printf("# skipped: RLIMIT_AS already set, or no /proc/self/statm\n");
+		return false;
+	}
+	return true;
+}
+
 /* Free one 8 MiB block under RLIMIT_AS at the process's size plus @room and report
  * whether the extent cache kept it (no unmap), after the limit's 10 ms reading. */
 static bool kept_under_room(unsigned long long room)
@@ -396,16 +412,8 @@ static bool kept_under_room(unsigned long long room)
  * was unmapped and faulted in again at every free (malloc-large: 7.8 M faults). */
 static void t_cache_under_limit(void)
 {
-#if SANITIZE_ADDRESS || SANITIZE_THREAD
-	printf("# skipped: RLIMIT_AS under a sanitizer\n");
-	return;
-#endif
-	struct rlimit old;
-	REQUIRE(getrlimit(RLIMIT_AS, &old) == 0);
-	if (old.rlim_cur != RLIM_INFINITY || vm_bytes() == 0) {
-		printf("# skipped: RLIMIT_AS already set, or no /proc/self/statm\n");
+	if (!limit_testable())
 		return;
-	}
 	CHECKF(kept_under_room(4ull << 30), "an 8 MiB extent unmapped with 4 GiB of room");
 	CHECKF(!kept_under_room(16ull << 20), "an 8 MiB extent kept with 16 MiB of room");
 }
@@ -428,16 +436,8 @@ static void *cancelled_free(void *p)
  * space neither cached nor unmapped, for good. */
 static void t_free_under_limit_not_cancelled(void)
 {
-#if SANITIZE_ADDRESS || SANITIZE_THREAD
-	printf("# skipped: RLIMIT_AS under a sanitizer\n");
-	return;
-#endif
-	struct rlimit old;
-	REQUIRE(getrlimit(RLIMIT_AS, &old) == 0);
-	if (old.rlim_cur != RLIM_INFINITY || vm_bytes() == 0) {
-		printf("# skipped: RLIMIT_AS already set, or no /proc/self/statm\n");
+	if (!limit_testable())
 		return;
-	}
 	struct timespec ms11 = { 0, 11 * 1000 * 1000 };
 	char *p = sheaf_malloc(1u << 20);
 	REQUIRE(p != NULL);
