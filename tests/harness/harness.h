@@ -137,6 +137,10 @@ static inline void th_run_child(void (*fn)(void *), void *arg, struct th_child *
 	r->status = r->exited ? WEXITSTATUS(st) : -1;
 	r->signaled = WIFSIGNALED(st);
 	r->sig = r->signaled ? WTERMSIG(st) : 0;
+	/* A sanitizer's report in a child is never what a test expects, and tests print
+	 * the child's stderr only in some of their failure messages: pass it on. */
+	if (strstr(r->err, "Sanitizer"))
+		fprintf(stderr, "# child's stderr (a sanitizer report):\n%s\n", r->err);
 }
 
 /* A small deterministic PRNG (xorshift64*), for fixed-seed stress tests. */
