@@ -43,23 +43,35 @@ static bool meta_slot_live(const struct sheaf_cache *m, const void *s)
 	return !(sheaf_track_cache(m) && sheaf_track_asan_ok(m) && sheaf_track_is_poisoned(s));
 }
 
+/* May @s be read as a sheaf?  Every sheaf lives in a metadata slab (cache/meta.c), so
+ * in the heap only where the page map says one holds @s as a live slot (mapped while
+ * that slab lives: its mark and cache tell, in O(1)).  A returned sheaf's slot is free,
+ * or its slab gone and its pages perhaps unmapped; reading it died of SIGSEGV (a sheaf
+ * of more than 505 objects had a mapping of its own until 2026-11-30) or, under ASan,
+ * of use-after-poison.  Outside the heap is only a sheaf mapped when its class had no
+ * memory: read as before (prefilled_held finds such a one by address first). */
+static bool prefilled_readable(const struct sheaf_sheaf *s)
+{
+	if (!sheaf_page_in_heap(s))
+		return true;
+	uintptr_t k = sheaf_page_key(s);
+	return k && meta_slot_live(sheaf_key_owner(k)->cache, s);
+}
+
 /* Is @s a sheaf @c lent and the program still holds?  Taken off c->prefilled and
- * unmarked (@take) when it is.  A returned sheaf may be unmapped already: one of more
- * than 505 objects has a mapping of its own (meta.c), and a second return or a refill
- * after the return read it and died of SIGSEGV without a report until 2026-11-29.  So
- * @s is read only where the page map says a metadata slab holds it (mapped while that
- * slab lives: its mark and cache tell, in O(1)); any other address is looked for in
+ * unmarked (@take) when it is.  @s is read only if prefilled_readable; a sheaf outside
+ * the heap (mapped on its own, and perhaps unmapped at its return) is looked for in
  * c->prefilled by address, one step per sheaf the program holds. */
 static bool prefilled_held(struct sheaf_cache *c, struct sheaf_sheaf *s, bool take)
 {
-	uintptr_t k = sheaf_page_key(s);
-	if (k && !meta_slot_live(sheaf_key_owner(k)->cache, s))
+	bool in_heap = sheaf_page_in_heap(s);
+	if (in_heap && !prefilled_readable(s))
 		return false; /* an object of a cache, or no live sheaf: not one lent */
 	bool found = false;
 	sheaf_mutex_lock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
-	if (k)
+	if (in_heap)
 		found = s->cache == c && (s->flags & SHEAF_SH_PREFILLED);
-	for (struct sheaf_list *pos = c->prefilled.next; !k && pos != &c->prefilled;
+	for (struct sheaf_list *pos = c->prefilled.next; !in_heap && pos != &c->prefilled;
 	     pos = pos->next)
 		if (pos == &s->link) {
 			found = true;
@@ -95,13 +107,17 @@ static void prefilled_report(struct sheaf_cache *c, struct sheaf_sheaf *s)
 }
 
 /* A live cache and a prefilled sheaf of that cache (reported otherwise: a sheaf knows
- * its cache, and one of another cache would mix their objects).  Reads @s: for
- * alloc_from, whose caller holds the sheaf (a walk of c->prefilled there would put a
- * lock on every guaranteed allocation). */
+ * its cache, and one of another cache would mix their objects).  For alloc_from, whose
+ * caller holds the sheaf: lock-free (a walk of c->prefilled there would put a lock on
+ * every guaranteed allocation), reading @s once the page map says it may. */
 static bool prefilled_ok(struct sheaf_cache *c, struct sheaf_sheaf *s)
 {
 	if (!sheaf_cache_check(c))
 		return false;
+	if (sheaf_unlikely(!prefilled_readable(s))) {
+		prefilled_report(c, s);
+		return false;
+	}
 	if (sheaf_unlikely(s->cache != c || !(s->flags & SHEAF_SH_PREFILLED))) {
 		if (s->cache != c)
 			sheaf_error(SHEAF_ERR_WRONG_SHEAF, c->name, s,
@@ -226,7 +242,17 @@ SHEAF_API void *sheaf_cache_alloc_from(struct sheaf_cache *c, struct sheaf_prefi
 
 SHEAF_API unsigned int sheaf_prefilled_size(const struct sheaf_prefilled *p)
 {
-	return p ? ((const struct sheaf_sheaf *)p)->size : 0;
+	const struct sheaf_sheaf *s = (const struct sheaf_sheaf *)p;
+	if (!s)
+		return 0;
+	if (sheaf_unlikely(!prefilled_readable(s) || !(s->flags & SHEAF_SH_PREFILLED))) {
+		/* No cache to name: the call has none, and a returned sheaf's may be stale.
+		 * The flag, which the return clears, is past the words a free writes. */
+		sheaf_error(SHEAF_ERR_WRONG_SHEAF, "?", s,
+			    "not a prefilled sheaf (returned already?)");
+		return 0;
+	}
+	return s->size;
 }
 
 SHEAF_API void sheaf_cache_return(struct sheaf_cache *c, struct sheaf_prefilled *p)

@@ -157,6 +157,11 @@ static inline uintptr_t sheaf_page_key(const void *p)
 		__atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED);
 	return k == SHEAF_KEY_NONE ? 0 : k;
 }
+/* Is @p inside the heap window's mapped part (a slab, a free or given-back page)? */
+static inline bool sheaf_page_in_heap(const void *p)
+{
+	return (uintptr_t)p - (uintptr_t)sheaf_heap.base < sheaf_rd(sheaf_heap.size);
+}
 /* The slab holding @p, or NULL if @p is not inside a live slab of Sheaf. */
 static inline struct sheaf_slab *sheaf_page_slab(const void *p)
 {

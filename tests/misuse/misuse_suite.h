@@ -608,8 +608,9 @@ static void do_refill_wrong(void *a)
 	sheaf_cache_refill(ms_b, &p, 4);
 }
 /* A sheaf returned, then returned again or refilled: an oversize one (more than the
- * cache's capacity) has a mapping of its own, unmapped by the first return; both calls
- * read it and died of SIGSEGV, without a report, until 2026-11-29. */
+ * cache's capacity) of more than 505 objects had a mapping of its own, unmapped by the
+ * first return; both calls read it and died of SIGSEGV, without a report, until
+ * 2026-11-29 (it lives in a metadata slab since 2026-11-30). */
 static void do_return_twice(void *pf)
 {
 	sheaf_cache_return(ms_a, pf);
@@ -620,6 +621,19 @@ static void do_refill_returned(void *pf)
 	struct sheaf_prefilled *p = pf;
 	sheaf_cache_return(ms_a, p);
 	sheaf_cache_refill(ms_a, &p, 4);
+}
+/* A returned sheaf of more than 505 objects was unmapped at its return, and alloc_from
+ * and sheaf_prefilled_size read it: SIGSEGV until 2026-11-30 (every sheaf now lives in
+ * a metadata slab, checked through the page map before it is read). */
+static void do_alloc_from_returned(void *pf)
+{
+	sheaf_cache_return(ms_a, pf);
+	sheaf_cache_alloc_from(ms_a, pf);
+}
+static void do_size_returned(void *pf)
+{
+	sheaf_cache_return(ms_a, pf);
+	(void)sheaf_prefilled_size(pf);
 }
 static void do_alloc_null(void *a)
 {
@@ -752,6 +766,10 @@ static void test_handles(void)
 		  "ms-a", big);
 	ms_expect_warn("return an oversize prefilled sheaf twice", do_return_twice, big,
 		       "wrong sheaf", big);
+	ms_expect("alloc_from a returned oversize sheaf", do_alloc_from_returned, big,
+		  "wrong sheaf", "ms-a", big);
+	ms_expect("size of a returned oversize sheaf", do_size_returned, big, "wrong sheaf", "?",
+		  big);
 	sheaf_cache_return(ms_a, big);
 	pf = sheaf_cache_prefill(ms_a, 4);
 	REQUIRE(pf);
@@ -772,6 +790,10 @@ static void test_handles(void)
 		  "wrong sheaf", "ms-a", mid);
 	ms_expect_warn("refill a returned oversize sheaf of a metadata slab", do_refill_returned,
 		       mid, "wrong sheaf", mid);
+	ms_expect("alloc_from a returned oversize sheaf of a metadata slab", do_alloc_from_returned,
+		  mid, "wrong sheaf", "ms-a", mid);
+	ms_expect("size of a returned oversize sheaf of a metadata slab", do_size_returned, mid,
+		  "wrong sheaf", "?", mid);
 	sheaf_cache_return(ms_a, mid);
 
 	void *p = ms_alloc(ms_a);

@@ -6,6 +6,11 @@
  * took 32 KiB slabs for the sheaves of 1.5-4 KiB, and a small program held 128 KiB of
  * metadata slabs for a handful of sheaves.  Checked by the caches' layout, and by the
  * metadata a program with sheaves of 4 KiB holds after its first allocations.
+ *
+ * Sheaves of more than 505 objects, up to SHEAF_MAX_SHEAF_CAPACITY, come from metadata
+ * slabs too (classes of 6 KiB .. 32 KiB): until 2026-11-30 each had a mapping of its own,
+ * which a prefilled sheaf's return found by a walk of the cache's lent sheaves (quadratic
+ * for many held) and which alloc_from read after its return (SIGSEGV).
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -57,8 +62,42 @@ static void test_meta_order(void)
 	sheaf_cache_destroy(c);
 }
 
+/* Is @p an object of a metadata cache (the page map's view)? */
+static bool in_meta_slab(const void *p)
+{
+	uintptr_t k = sheaf_page_key(p);
+	return k && sheaf_key_owner(k)->cache->is_meta;
+}
+
+static void test_big_sheaves(void)
+{
+	struct sheaf_cache *c = sheaf_cache_create("meta-big", 64, NULL);
+	REQUIRE(c);
+	const unsigned sizes[] = { 506, 1000, 2000, 3000, SHEAF_MAX_SHEAF_CAPACITY };
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		struct sheaf_prefilled *p = sheaf_cache_prefill(c, sizes[i]);
+		REQUIRE(p);
+		CHECKF(in_meta_slab(p),
+		       "a prefilled sheaf of %u objects at %p is in no metadata slab", sizes[i],
+		       (void *)p);
+		CHECK(sheaf_prefilled_size(p) >= sizes[i]);
+		sheaf_cache_return(c, p);
+	}
+	/* Regular sheaves of a large capacity too. */
+	struct sheaf_cache_args a = { .sheaf_capacity = SHEAF_MAX_SHEAF_CAPACITY };
+	struct sheaf_cache *d = sheaf_cache_create("meta-big-cap", 16, &a);
+	REQUIRE(d);
+	struct sheaf_prefilled *p = sheaf_cache_prefill(d, 10);
+	REQUIRE(p);
+	CHECK(in_meta_slab(p));
+	sheaf_cache_return(d, p);
+	sheaf_cache_destroy(d);
+	sheaf_cache_destroy(c);
+}
+
 int main(void)
 {
 	RUN(test_meta_order);
+	RUN(test_big_sheaves);
 	return th_done();
 }
