@@ -3,6 +3,8 @@
  * error.c - the one error reporter (error.h).  Nothing here allocates or uses stdio:
  * it runs inside malloc, with locks of the caller held, or with a corrupt heap.
  */
+#include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -263,15 +265,25 @@ size_t sheaf_error_head(char *buf, size_t cap, enum sheaf_error_kind k, const ch
 	return n;
 }
 
+/* Whole lines, whatever the thread's state: write(2) is a cancellation point, and a
+ * report is often written with a lock held (a thread cancelled there under
+ * SHEAF_ON_ERROR=warn left it held: every later call hung), a signal may interrupt it
+ * (EINTR: the rest of the line was dropped), and the caller's errno stays as it was. */
 void sheaf_report_write(const char *buf, size_t n)
 {
+	int e = errno, cs;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
 	size_t off = 0;
 	while (off < n) {
 		ssize_t w = write(2, buf + off, n - off);
+		if (w < 0 && errno == EINTR)
+			continue;
 		if (w <= 0)
 			break; /* stderr closed: nothing else to do */
 		off += (size_t)w;
 	}
+	pthread_setcancelstate(cs, NULL);
+	errno = e;
 }
 
 void sheaf_error_emit(const char *buf, size_t n)

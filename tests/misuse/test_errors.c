@@ -1,6 +1,9 @@
 /* Each caller error produces one clear line naming cache and address, then aborts
  * (or, with SHEAF_ON_ERROR=warn, reports and leaks); checked in child processes.
  * Also: fork safety and memory exhaustion. */
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include "harness.h"
 #include "cache/cache.h"
 
@@ -122,6 +125,40 @@ static void test_warn_mode(void)
 	CHECK(strstr(r.err, "leaked") != NULL);
 	CHECK(strstr(r.err, "did not allocate") != NULL);
 	CHECK(strstr(r.err, "wrong cache") != NULL);
+}
+
+/* A report is no cancellation point: it is often written with a lock held, and write(2)
+ * is one.  A thread with a cancel pending that makes a mistake under warn mode writes the
+ * whole line and goes on to its next cancellation point (until 2026-11-30 it was
+ * cancelled inside the report's write). */
+static atomic_int after_report;
+static void *cancelled_reporter(void *a)
+{
+	static char buf[64];
+	(void)a;
+	pthread_cancel(pthread_self()); /* deferred: pending until a cancellation point */
+	sheaf_cache_free(ca, buf);
+	atomic_store(&after_report, 1);
+	pthread_testcancel();
+	return NULL;
+}
+static void do_cancelled_report(void *a)
+{
+	(void)a;
+	pthread_t t;
+	void *r;
+	if (pthread_create(&t, NULL, cancelled_reporter, NULL) || pthread_join(t, &r))
+		_exit(2);
+	_exit(r != PTHREAD_CANCELED ? 3 : atomic_load(&after_report) ? 0 : 4);
+}
+static void test_report_not_cancellation_point(void)
+{
+	struct th_child r;
+	run_warn_child(do_cancelled_report, &r);
+	CHECKF(r.exited && r.status == 0, "exit %d sig %d (4: cancelled in the report): %s",
+	       r.status, r.sig, r.err);
+	CHECKF(strstr(r.err, "did not allocate") && strstr(r.err, "SHEAF_ON_ERROR=warn)\n"),
+	       "the whole line: %s", r.err);
 }
 
 /* A cache name with a newline cannot split a report in two (the second line posing as
@@ -368,6 +405,7 @@ int main(void)
 	REQUIRE(ca && cb);
 	RUN(test_errors_abort);
 	RUN(test_warn_mode);
+	RUN(test_report_not_cancellation_point);
 	RUN(test_name_one_line);
 	RUN(test_exhaustion);
 	RUN(test_fork);
