@@ -251,10 +251,25 @@ SHEAF_API enum sheaf_debug_state sheaf_debug_object_state(const void *addr)
  * it twice; until 2026-11-29 a list of 16 reported addresses did that, and an
  * active object found after the 16th in one bucket (objects closer than 16 bytes,
  * or a large range whose chunks share a bucket) was dropped with no report and
- * no fix-up. */
+ * no fix-up.  At most as many fix-ups run as the bucket held records in the range
+ * when the first active one was found: a fix-up that tracks a new active object in the range (one
+ * that re-arms its neighbour, whose fix-up re-arms it back) made the walk loop for
+ * good until 2026-11-30; past that budget an active object is reported and dropped
+ * without its fix-up. */
+static unsigned int bucket_count_range(struct bucket *b, uintptr_t lo, uintptr_t hi)
+{
+	unsigned int n = 0;
+	bucket_lock(b);
+	for (struct dobj *o = b->head; o; o = o->next)
+		n += (uintptr_t)o->addr >= lo && (uintptr_t)o->addr < hi;
+	bucket_unlock(b);
+	return n;
+}
+
 static void check_bucket(struct bucket *b, uintptr_t lo, uintptr_t hi, const void *caller)
 {
 	struct dobj *dead = NULL;
+	long fixups = -1; /* counted at the first active object: most walks find none */
 again:
 	bucket_lock(b);
 	for (struct dobj **pp = &b->head; *pp;) {
@@ -281,8 +296,12 @@ again:
 			/* The fix-up usually deactivates and frees the object; the
 			 * bucket may have changed meanwhile: walk it again, without
 			 * the object's record if the fix-up left one. */
-			if (s.descr)
+			if (fixups < 0)
+				fixups = bucket_count_range(b, lo, hi);
+			if (s.descr && fixups > 0) {
+				fixups--;
 				dobj_fixup(s.descr->fixup_free, (void *)a, s.state);
+			}
 			bucket_lock(b);
 			o = dobj_lookup_locked(b, (const void *)a);
 			if (o) {

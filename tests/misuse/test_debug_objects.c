@@ -342,6 +342,55 @@ static void test_free_dense_active(void)
 	CHECK(result_of(&r, "in_use") == 0);
 }
 
+/* A fix-up that re-arms the other of two objects in the memory being freed (each
+ * one's fix-up activates its neighbour): the walk ran fix-ups for good until
+ * 2026-11-30.  Now at most as many run as there were records in the range; the rest
+ * is reported and dropped. */
+static long *pingpong;
+static const struct sheaf_debug_obj_descr pingpong_descr;
+static bool fix_free_rearm(void *addr, enum sheaf_debug_state s)
+{
+	(void)s;
+	long *other = (long *)addr == &pingpong[0] ? &pingpong[1] : &pingpong[0];
+	sheaf_debug_object_deactivate(addr, &pingpong_descr);
+	sheaf_debug_object_init(other, &pingpong_descr);
+	sheaf_debug_object_activate(other, &pingpong_descr);
+	return true;
+}
+static const struct sheaf_debug_obj_descr pingpong_descr = { .name = "pingpong",
+							     .fixup_free = fix_free_rearm };
+
+static void child_free_rearm(void *arg)
+{
+	(void)arg;
+	alarm(20); /* the loop: SIGALRM */
+	struct sheaf_cache *c = sheaf_cache_create("dobj-rearm", 64, NULL);
+	REQUIRE(c != NULL);
+	pingpong = sheaf_cache_alloc(c);
+	REQUIRE(pingpong != NULL);
+	sheaf_debug_object_init(&pingpong[0], &pingpong_descr);
+	sheaf_debug_object_activate(&pingpong[0], &pingpong_descr);
+	int saved = dup(2), null = open("/dev/null", O_WRONLY);
+	REQUIRE(saved >= 0 && null >= 0 && dup2(null, 2) == 2);
+	sheaf_cache_free(c, pingpong);
+	REQUIRE(dup2(saved, 2) == 2);
+	close(null);
+	close(saved);
+	struct sheaf_debug_objects_stats s = stats();
+	child_result("warnings", (long)s.warnings);
+	child_result("in_use", (long)s.objs_in_use);
+}
+
+static void test_free_fixup_rearms(void)
+{
+	struct th_child r;
+	th_run_child(child_free_rearm, NULL, &r);
+	CHECKF(r.exited && r.status == 0, "status %d signal %d (%d: the walk looped): %s", r.status,
+	       r.sig, SIGALRM, r.err);
+	CHECKF(result_of(&r, "warnings") >= 1 && result_of(&r, "warnings") <= 3, "%s", r.err);
+	CHECK(result_of(&r, "in_use") == 0);
+}
+
 /* The same through the malloc front end (a size-class cache). */
 static void child_malloc_free_active(void *arg)
 {
@@ -713,6 +762,7 @@ int main(void)
 	RUN(test_free_while_active);
 	RUN(test_sheaf_free_while_active);
 	RUN(test_free_dense_active);
+	RUN(test_free_fixup_rearms);
 	RUN(test_malloc_free_while_active);
 	RUN(test_malloc_big_free_while_active);
 	RUN(test_untracked_objects);
