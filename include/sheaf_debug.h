@@ -141,7 +141,7 @@ struct sheaf_debug_objects_stats {
 
 /* Fill *st.  Returns 0, or -EINVAL for a bad size. */
 SHEAF_API int sheaf_debug_objects_stats_get(struct sheaf_debug_objects_stats *st);
-/* Aligned "name : value" lines. */
+/* Aligned "name : value" lines; a NULL @f prints nothing. */
 SHEAF_API void sheaf_debug_objects_stats_print(FILE *f);
 
 #ifdef __cplusplus

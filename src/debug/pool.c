@@ -492,6 +492,10 @@ SHEAF_API int sheaf_debug_objects_stats_get(struct sheaf_debug_objects_stats *ou
 
 SHEAF_API void sheaf_debug_objects_stats_print(FILE *f)
 {
+	/* A NULL stream prints nothing, as for sheaf_stats_print (it was passed to
+	 * fprintf and the program died of SIGSEGV). */
+	if (!f)
+		return;
 	struct sheaf_debug_objects_stats s = { .size = sizeof(s) };
 	sheaf_debug_objects_stats_get(&s);
 #define P(name, v) fprintf(f, "%-20s: %" PRIu64 "\n", name, (uint64_t)(v))
