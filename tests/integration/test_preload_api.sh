@@ -108,6 +108,12 @@ grep -qx "sheaf: SHEAF_MALLOC_STATS='counts.txt': accepted 0, 1 or an absolute p
 out=$(LD_PRELOAD=$LIB SHEAF_MALLOC_STATS="/$(printf 'x%.0s' $(seq 600))" /bin/true 2>&1)
 [ "$out" = "sheaf: SHEAF_MALLOC_STATS ignored: longer than 511 bytes" ] ||
 	{ echo "FAIL: long SHEAF_MALLOC_STATS: $out" >&2; exit 1; }
+# A file that cannot be opened is said, and the line goes to stderr (it went nowhere,
+# without a word, before).
+out=$(LD_PRELOAD=$LIB SHEAF_MALLOC_STATS="$WORK/no-such-dir/counts.txt" /bin/true 2>&1)
+grep -qx "sheaf: SHEAF_MALLOC_STATS: cannot open the file (errno 2); the line is on stderr" <<<"$out" &&
+	grep -Eq '^sheaf-malloc: [0-9]+ mallocs, [0-9]+ frees \(pid [0-9]+, true\)$' <<<"$out" ||
+	{ echo "FAIL: SHEAF_MALLOC_STATS file that cannot be opened: $out" >&2; exit 1; }
 # The counts are read off the statistics at exit (no counting on the calls): a parent
 # that keeps 5000 blocks over a fork prints them, its child, which allocates and frees
 # 300 blocks of its own and leaves the parent's alone, prints its own only.

@@ -453,6 +453,15 @@ static void __attribute__((destructor)) preload_exit(void)
 			     (unsigned long long)m, (unsigned long long)f, (int)getpid(),
 			     program_invocation_short_name);
 		fd = open(stats_dest, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+		/* A file that cannot be opened (no such directory, no permission) gave no
+		 * line anywhere, without a word: say so, and print the line on stderr. */
+		if (fd < 0) {
+			char why[24];
+			snprintf(why, sizeof(why), " (errno %d)", errno);
+			stats_say("sheaf: SHEAF_MALLOC_STATS: cannot open the file", why,
+				  "; the line is on stderr\n");
+			fd = 2;
+		}
 	} else {
 		n = snprintf(line, sizeof(line), "sheaf-malloc: %llu mallocs, %llu frees\n",
 			     (unsigned long long)m, (unsigned long long)f);
