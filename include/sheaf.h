@@ -76,7 +76,9 @@ struct sheaf_cache_args {
 	size_t align;                /* 0: natural (8, or 16 for sizes >= 16); else a
 					power of two up to 4096 (EINVAL otherwise),
 					at least 8 for sizes >= 8 */
-	unsigned int sheaf_capacity; /* 0: default (D1); otherwise exactly this */
+	unsigned int sheaf_capacity; /* 0: default (D1); otherwise exactly this (a cache
+					without sheaves, SHEAF_NO_SHEAVES or a debug
+					cache, ignores it: its capacity is 0) */
 	unsigned int flags;          /* SHEAF_* above */
 	void (*ctor)(void *);        /* run once per object when its slab is created */
 };

@@ -307,9 +307,9 @@ static struct sheaf_cache *cache_struct_map(void)
 
 /* Destroyed caches keep their descriptor (magic SHEAF_CACHE_DEAD, every CPU's main the
  * sentinel) so that a later call with the stale handle is reported, not a crash.  The
- * last SHEAF_DEAD_KEPT are kept; the oldest beyond that is reused by the next create
- * (a program that creates and destroys caches in a loop stays bounded).  Protected by
- * sheaf_reg.caches_lock. */
+ * last SHEAF_DEAD_KEPT are kept; once there are that many, the next create reuses the
+ * oldest of them (a program that creates and destroys caches in a loop stays bounded).
+ * Protected by sheaf_reg.caches_lock. */
 #define SHEAF_DEAD_KEPT 64
 static struct sheaf_cache *dead_caches[SHEAF_DEAD_KEPT];
 static unsigned dead_head, dead_count;
