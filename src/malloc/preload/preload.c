@@ -172,6 +172,16 @@ EXPORT void free_sized(void *p, size_t n)
 	sheaf_free_sized(p, n);
 }
 
+/* C23's sized free of an aligned block (aligned_alloc): the alignment adds nothing to
+ * the check, a size from which an aligned allocation reaches the block's class being a
+ * right one (docs/malloc.md, "Errors").  Without it, a program built for a C library
+ * that has it passed Sheaf's block to that library's free under the preload. */
+EXPORT void free_aligned_sized(void *p, size_t align, size_t n)
+{
+	(void)align;
+	sheaf_free_sized(p, n);
+}
+
 EXPORT void *calloc(size_t nmemb, size_t size)
 {
 	return sheaf_calloc(nmemb, size);

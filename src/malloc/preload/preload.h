@@ -24,8 +24,9 @@
  * a little behind; the calling thread's own are exact. */
 SHEAF_PRELOAD_API void sheaf_preload_counts(uint64_t *mallocs, uint64_t *frees);
 
-/* C23's free_sized (glibc 2.36's <stdlib.h> does not declare it yet). */
+/* C23's free_sized and free_aligned_sized (glibc 2.36's <stdlib.h> declares neither). */
 SHEAF_PRELOAD_API void free_sized(void *p, size_t n);
+SHEAF_PRELOAD_API void free_aligned_sized(void *p, size_t align, size_t n);
 
 /* Opaque stand-ins for std::nothrow_t and std::align_val_t. */
 typedef struct sheaf_nothrow sheaf_nothrow_t;

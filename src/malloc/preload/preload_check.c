@@ -222,6 +222,28 @@ static void check_free_sized(void)
 		CHECK(errno == 4321);
 	}
 	fs(NULL, 10);
+	/* free_aligned_sized, C23's other sized free (not exported before 2026-11-29: a
+	 * program that called it reached the C library's with Sheaf's block). */
+	void (*fas)(void *, size_t, size_t) =
+		(void (*)(void *, size_t, size_t))dlsym(RTLD_DEFAULT, "free_aligned_sized");
+	void *own = dlsym(RTLD_DEFAULT, "sheaf_free_sized");
+	Dl_info di, own_di;
+	CHECK(fas != NULL && own != NULL && dladdr((void *)fas, &di) && dladdr(own, &own_di) &&
+	      di.dli_fbase == own_di.dli_fbase);
+	if (!fas)
+		return;
+	for (size_t al = 8; al <= (1u << 16); al <<= 2) {
+		for (size_t n = al; n < (3u << 20); n = n * 5 / 2 + al) {
+			n -= n % al; /* aligned_alloc: a multiple of the alignment */
+			char *p = aligned_alloc(al, n);
+			CHECK(p != NULL && ((uintptr_t)p & (al - 1)) == 0);
+			memset(p, 0x45, n);
+			errno = 4322;
+			fas(p, al, n);
+			CHECK(errno == 4322);
+		}
+	}
+	fas(NULL, 64, 10);
 }
 
 /* ---- fork from a process with 8 busy threads ------------------------------------ */
