@@ -21,8 +21,8 @@
  *     made jemalloc and mimalloc slow on a large-allocation benchmark,
  *     keeping them forever is what users of allocators complain about most.
  *  3. Bootstrap memory: an allocation made while this thread is inside the
- *     creation of a class cache (the core's first initialisation may read
- *     /sys with stdio, which calls malloc) is served by a bump allocator over
+ *     creation of a class cache (the core's first initialisation read /sys
+ *     with stdio, which called malloc, until 2026-11-29) is served by a bump allocator over
  *     a static arena and never reused.  This is what makes early start-up and
  *     re-entry safe without dlsym (dlsym itself may allocate).
  *

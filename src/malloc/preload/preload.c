@@ -9,8 +9,8 @@
  * and the answer here:
  *  - Allocation before initialisation and during dlsym: nothing here calls
  *    dlsym on the allocation path; the class caches are created on first use
- *    and any allocation made while one is being created (the core's start-up
- *    reads /sys with stdio) comes from malloc.c's bootstrap arena.
+ *    and any allocation made while one is being created comes from malloc.c's
+ *    bootstrap arena.
  *  - Memory of glibc's own allocator reaching free: Sheaf never uses brk, so
  *    a pointer inside the program break that looks like an in-use chunk of
  *    glibc's main arena is glibc's and goes back through __libc_free; any
