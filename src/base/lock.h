@@ -67,7 +67,7 @@
 	  "not taken: every holder also holds the pcs (rank PERCPU) or a pcs_lock")              \
 	X(BARN, "barn->lock", "src/barn/barn.c",                                                 \
 	  "one per cache and node: the barn's stacks of full and empty sheaves, its limits",     \
-	  "every barn of every cache with sheaves")                                              \
+	  "every barn of every cache but the metadata caches (no sheaves: never taken there)")   \
 	X(LIST, "node->list_lock", "src/slab/slab.c",                                            \
 	  "one per cache and node: the partial list and slab state changes (never held with "    \
 	  "the same node's barn lock by the slow paths)",                                        \
@@ -75,7 +75,7 @@
 	X(PREFILLED, "cache->prefilled_lock", "src/cache/prefill.c",                             \
 	  "one per cache: the list of prefilled sheaves lent to the program (searched for "      \
 	  "double frees)",                                                                       \
-	  "every cache's")                                                                       \
+	  "every cache's but the metadata caches' (they lend none: never taken there)")          \
 	X(RCU_STATE, "rcu_state.lock", "src/rcu/rcu_free.c",                                     \
 	  "one per cache: its RCU batches, next list and ticket in flight", "every cache's")     \
 	X(META_LIST, "metadata node->list_lock", "src/cache/meta.c",                             \

@@ -27,6 +27,7 @@ extern size_t sheaf_bulk_limit;
 /* prefill.c: destroy takes back the prefilled sheaves the program did not return;
  * returns how many, their objects in @objs. */
 unsigned long cache_prefilled_reclaim(struct sheaf_cache *c, unsigned long *objs);
+void cache_barns_flush(struct sheaf_cache *c); /* create.c */
 
 /* create.c: a sheaf (and a prefill) of @n objects of @c is within the bounds. */
 bool cache_capacity_ok(const struct sheaf_cache *c, size_t n);

@@ -589,7 +589,8 @@ SHEAF_API struct sheaf_cache *sheaf_cache_create(const char *name, size_t size,
 	return c;
 }
 
-static void barns_flush(struct sheaf_cache *c)
+/* Every sheaf of @c's barns: full ones flushed to their slabs, all freed. */
+void cache_barns_flush(struct sheaf_cache *c)
 {
 	for (int i = 0; i < sheaf_g.nnodes; i++) {
 		struct sheaf_list full, empty, *pos, *tmp;
@@ -635,7 +636,7 @@ SHEAF_API void sheaf_cache_destroy(struct sheaf_cache *c)
 		sheaf_os_print("sheaf: cache '%s' destroyed with %lu prefilled %s not returned "
 			       "(%lu free objects, taken back)",
 			       c->name, pf, pf == 1 ? "sheaf" : "sheaves", pf_objs);
-	barns_flush(c);
+	cache_barns_flush(c);
 	uint64_t leaked = 0;
 	for (int i = 0; i < sheaf_g.nnodes; i++)
 		leaked += sheaf_slab_node_release(c->node[i]);
@@ -665,7 +666,7 @@ SHEAF_API void sheaf_cache_shrink(struct sheaf_cache *c)
 	if (!sheaf_cache_check(c))
 		return;
 	sheaf_pcs_shrink_all(c);
-	barns_flush(c);
+	cache_barns_flush(c);
 	for (int i = 0; i < sheaf_g.nnodes; i++)
 		sheaf_slab_node_shrink(c->node[i], 0);
 	sheaf_page_purge_all();

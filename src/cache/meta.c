@@ -12,8 +12,8 @@
  * sheaf returned already reads no unmapped memory: until 2026-11-30 such sheaves had a
  * mapping each, unmapped at their return, found by a walk of the cache's lent sheaves
  * (8,000 sheaves of 506 objects returned oldest first: 19.8 s) and read after their
- * return by alloc_from (SIGSEGV).  Other requests over the largest class, and any over
- * 4 KiB when its cache has no memory (the heap window full), are mapped directly.
+ * return by alloc_from (SIGSEGV).  Other requests over the largest class, and any
+ * whose class has no memory (the heap window full), are mapped directly.
  */
 #include <errno.h>
 #include <string.h>
@@ -23,10 +23,8 @@
 /* The largest sheaf, in bytes, rounded up to the classes' alignment. */
 #define META_SHEAF_MAX \
 	SHEAF_ALIGN_UP(SHEAF_SHEAF_HDR + SHEAF_MAX_SHEAF_CAPACITY * sizeof(void *), 64)
-#define META_PAGE_CLASS 4096 /* above: mapped directly when the class has no memory */
-static const uint32_t meta_sizes[] = { 64,   128,  192,   256,   384,   512,
-				       768,  1024, 1536,  2048,  3072,  4096,
-				       6144, 8192, 12288, 16384, 24576, META_SHEAF_MAX };
+static const uint32_t meta_sizes[] = { 64,   128,  192,  256,  384,  512,   768,           1024,
+				       1536, 2048, 3072, 4096, 8192, 16384, META_SHEAF_MAX };
 #define META_NR (sizeof(meta_sizes) / sizeof(meta_sizes[0]))
 static struct sheaf_cache *meta_caches[META_NR];
 static atomic_size_t meta_big_bytes;
@@ -81,8 +79,14 @@ static void *meta_alloc(size_t size)
 	void *p = sheaf_cache_alloc(meta_caches[k]);
 	if (p) {
 		memset(p, 0, meta_sizes[k]);
-	} else if (size > META_PAGE_CLASS) {
-		/* Pages either way: a mapping of its own when the heap has none. */
+	} else if (sheaf_page_window_full()) {
+		/* The heap window is full (SHEAF_HEAP_GB): a mapping of its own, a page at
+		 * least, so that a prefill served from the cache's free objects, a new
+		 * thread's table or a cache still work there (a prefill of 20 objects
+		 * with 100 free failed with ENOMEM while alloc_bulk of 20 worked, until
+		 * 2026-11-30).  Not under an address-space limit: there each failed
+		 * refill's sheaf took a page of the room the program had left
+		 * (test_malloc_as_hole). */
 		p = meta_map(size);
 		if (p)
 			errno = e;
@@ -102,6 +106,12 @@ static void meta_free(void *p, size_t size)
 		struct sheaf_cache *m = sheaf_key_owner(key)->cache;
 		sheaf_assert_internal(m->is_meta);
 		sheaf_cache_free(m, p);
+		return;
+	}
+	if (sheaf_unlikely(sheaf_page_in_heap(p))) {
+		/* Heap memory no slab holds (metadata freed twice, a bug of ours): never
+		 * unmapped from here, which would leave a hole in the window. */
+		sheaf_assert_internal(!sheaf_page_in_heap(p));
 		return;
 	}
 	size_t len = SHEAF_ALIGN_UP(size, SHEAF_PAGE_SIZE);

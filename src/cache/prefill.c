@@ -94,7 +94,7 @@ static void prefilled_report(struct sheaf_cache *c, struct sheaf_sheaf *s)
 	struct sheaf_list *pos;
 	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches && !owner[0]; pos = pos->next) {
 		struct sheaf_cache *d = sheaf_container_of(pos, struct sheaf_cache, cache_list);
-		if (d != c && prefilled_held(d, s, false))
+		if (d != c && !d->is_meta && prefilled_held(d, s, false))
 			snprintf(owner, sizeof(owner), "%s", d->name);
 	}
 	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
@@ -144,6 +144,19 @@ static bool prefilled_held_ok(struct sheaf_cache *c, struct sheaf_sheaf *s, bool
 	return true;
 }
 
+/* Refill @s from slabs, to its full capacity (K§5 step 2: not just to @n).  Short of
+ * @n (no memory for new slabs), the cache's free objects in its barns serve, as they
+ * serve alloc and alloc_bulk: at the heap's cap, a prefill of 20 objects with 100 free
+ * in the barn failed with ENOMEM until 2026-11-30. */
+static void prefilled_refill(struct sheaf_cache *c, struct sheaf_sheaf *s, unsigned int n)
+{
+	sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
+	if (s->size < n) {
+		cache_barns_flush(c);
+		sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
+	}
+}
+
 /* Refill @s to its full capacity from slabs (K§5 step 2: not just to @n); if it still
  * holds fewer than @n objects, give everything back and fail with ENOMEM. */
 static bool prefill_to_capacity(struct sheaf_cache *c, struct sheaf_sheaf *s, unsigned int n)
@@ -153,7 +166,7 @@ static bool prefill_to_capacity(struct sheaf_cache *c, struct sheaf_sheaf *s, un
 	/* A refill that stopped short of full capacity (no memory for one more slab) has
 	 * set errno; enough for @n is a success, which keeps the caller's errno. */
 	int e = errno;
-	sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
+	prefilled_refill(c, s, n);
 	if (s->size >= n) {
 		errno = e;
 		return true;
@@ -306,7 +319,7 @@ SHEAF_API int sheaf_cache_refill(struct sheaf_cache *c, struct sheaf_prefilled *
 		/* Regular sheaves refill to full capacity, oversize ones too (capacity == their
 		 * original request). */
 		int e = errno; /* as in prefill_to_capacity */
-		sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
+		prefilled_refill(c, s, n);
 		errno = e;
 		return s->size >= n ? 0 : -ENOMEM;
 	}

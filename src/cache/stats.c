@@ -24,6 +24,8 @@ SHEAF_API const char *sheaf_stat_name(enum sheaf_stat_item item)
 static uint64_t prefilled_objects(struct sheaf_cache *c)
 {
 	uint64_t n = 0;
+	if (c->is_meta)
+		return 0; /* lends none; fork leaves its lock out (cache/init.c walk_locks) */
 	sheaf_mutex_lock(&c->prefilled_lock, SHEAF_LOCK_PREFILLED);
 	const struct sheaf_list *pos;
 	for (pos = c->prefilled.next; pos != &c->prefilled; pos = pos->next)
@@ -63,7 +65,9 @@ SHEAF_API int sheaf_stats_get(struct sheaf_cache *c, struct sheaf_stats *st)
 	for (int i = 0; i < sheaf_g.nnodes; i++) {
 		sheaf_slab_node_counts(c->node[i], &tmp.slabs, &tmp.partial_slabs,
 				       &tmp.objects_inuse);
-		if (!sheaf_barn_is_alias(c, i)) /* a shared barn counts once */
+		/* A shared barn counts once; a metadata cache's is always empty, its lock
+		 * never taken (cache/init.c walk_locks). */
+		if (!c->is_meta && !sheaf_barn_is_alias(c, i))
 			sheaf_barn_counts(c->node[i]->barn, &tmp.barn_full, &tmp.barn_empty,
 					  &barn_objs, &tmp.barn_locks, &tmp.barn_objects);
 	}

@@ -157,6 +157,15 @@ static inline uintptr_t sheaf_page_key(const void *p)
 		__atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED);
 	return k == SHEAF_KEY_NONE ? 0 : k;
 }
+/* Has the heap used every block of its window (SHEAF_HEAP_GB), with none given back to
+ * take again?  Read racily: a hint for callers that would look elsewhere for memory,
+ * which an address-space limit (where looking elsewhere takes the room the heap lacks)
+ * does not warrant. */
+static inline bool sheaf_page_window_full(void)
+{
+	return (sheaf_rd(sheaf_heap.next_block) + 1) << SHEAF_BLOCK_SHIFT > sheaf_heap.cap &&
+	       sheaf_rd(sheaf_heap.nr_free_blocks) == 0;
+}
 /* Is @p inside the heap window's mapped part (a slab, a free or given-back page)? */
 static inline bool sheaf_page_in_heap(const void *p)
 {

@@ -61,11 +61,13 @@ static sheaf_noinline bool sheaf_free_confirm(struct sheaf_cache *c, const void 
 {
 	struct find_arg f = { obj, false };
 	sheaf_pcs_for_each(c, find_in_pcs, &f);
-	for (int i = 0; !f.found && i < sheaf_g.nnodes; i++)
+	/* A metadata cache keeps no sheaves and lends none: its barn and prefilled locks
+	 * are never taken, and fork leaves them out (cache/init.c walk_locks). */
+	for (int i = 0; !f.found && !c->is_meta && i < sheaf_g.nnodes; i++)
 		f.found = !sheaf_barn_is_alias(c, i) && sheaf_barn_holds(c->node[i]->barn, obj);
 	if (!f.found)
 		f.found = sheaf_slab_holds_free(c, obj);
-	if (!f.found)
+	if (!f.found && !c->is_meta)
 		f.found = prefilled_hold(c, obj);
 	if (!f.found && sheaf_percpu_hooks.rcu_pending) /* rcu/, registered at init */
 		f.found = sheaf_percpu_hooks.rcu_pending(c, obj);

@@ -8,7 +8,7 @@
  * metadata a program with sheaves of 4 KiB holds after its first allocations.
  *
  * Sheaves of more than 505 objects, up to SHEAF_MAX_SHEAF_CAPACITY, come from metadata
- * slabs too (classes of 6 KiB .. 32 KiB): until 2026-11-30 each had a mapping of its own,
+ * slabs too (classes of 8, 16 and 32 KiB): until 2026-11-30 each had a mapping of its own,
  * which a prefilled sheaf's return found by a walk of the cache's lent sheaves (quadratic
  * for many held) and which alloc_from read after its return (SIGSEGV).
  */
