@@ -32,18 +32,17 @@
  *     halfway through changing a CPU's sheaves when the child is created.
  * Thread exit needs nothing in per-CPU mode: no thread owns sheaves.
  *
- * Per-thread mode (docs/percpu.md, "Modes"; forced by SHEAF_PERCPU=thread,
- * and wherever rseq is missing): every entry of mainv is the sentinel, so the rseq
- * fast path always fails, and each thread owns one struct sheaf_pcs per cache it used,
- * found by cache id in its struct sheaf_tcache.  Only the owner touches a pcs's
- * sheaves, so the "lock" is ownership itself; other threads never reach into it,
- * except:
+ * Per-thread mode (docs/percpu.md, "Modes"; forced by SHEAF_PERCPU=thread, and wherever
+ * rseq is missing): every entry of mainv is the sentinel, so the rseq fast path always
+ * fails, and each thread owns one struct sheaf_pcs per cache it used, found by cache id
+ * in its struct sheaf_tcache.  Only the owner touches a pcs's sheaves, so the "lock" is
+ * ownership itself; other threads never reach into it, except:
  *   - shrink sets flush_req, and the owner flushes at its next slow path;
  *   - destroy drains every pcs (the caller guarantees no concurrent use of the cache);
  *   - thread exit (the pthread key destructor) drains the thread's pcs into the barns;
  *   - the child of fork drains the pcs of threads that did not survive the fork.
- * cache->pcs_lock protects the cache's list of pcs; sheaf_reg.caches_lock serialises
- * destroy against thread exit (lock order: design §4).
+ * cache->pcs_lock protects the cache's list of pcs; sheaf_reg.caches_lock serialises destroy
+ * against thread exit (lock order: design §4).
  */
 #include <errno.h>
 #include <sched.h>
@@ -59,10 +58,10 @@ void (*volatile sheaf_free_check_hook)(const void *obj, size_t size);
 /* The calling thread's state (percpu.h: read inline by sheaf_pcs_current). */
 __thread struct sheaf_tcache *sheaf_tls_tc;
 
-/* Per-thread mode: a thread's pcs, with a flag saying its owner is between
- * sheaf_pcs_lock and sheaf_pcs_unlock (or draining it).  fork waits for every flag
- * to clear, so that the child never drains a pcs its vanished owner left half
- * changed (design §7); the owner backs off (slab path) while a fork is pending. */
+/* Per-thread mode: a thread's pcs, with a flag saying its owner is between sheaf_pcs_lock
+ * and sheaf_pcs_unlock (or draining it).  fork waits for every flag to clear, so that the
+ * child never drains a pcs its vanished owner left half changed (design §7); the owner
+ * backs off (slab path) while a fork is pending. */
 struct thread_pcs {
 	struct sheaf_pcs pcs;
 	atomic_int busy;
@@ -395,10 +394,10 @@ static void cpu_unlock_remote(struct sheaf_cache *c, int k, struct sheaf_pcs *pc
 
 /* ---- Lock and unlock, both modes ------------------------------------------------------ */
 
-/* Per-thread mode: tcaches of threads that did not survive a fork.  The child handler
- * only moves them here (list operations); they are drained at the child's next slow
- * path, after every atfork handler has run -- draining inside the handler could call a
- * free hook whose locks a later child handler has yet to release.
+/* Per-thread mode: tcaches of threads that did not survive a fork.  The child handler only
+ * moves them here and folds in their counts (list operations, arithmetic); they are drained
+ * at the child's next slow path, after every atfork handler has run -- draining inside the
+ * handler could call a free hook whose locks a later child handler has yet to release.
  * Protected by sheaf_reg.threads_lock. */
 static struct sheaf_list fork_orphans = { &fork_orphans, &fork_orphans };
 static atomic_int fork_orphans_pending;
@@ -592,8 +591,7 @@ void sheaf_pcs_teardown_cache(struct sheaf_cache *c)
 		 * leaked object (destroy kept the cache) takes the slab path. */
 		for (int k = 0; k < sheaf_g.ncpus; k++) {
 			struct sheaf_pcs *pcs = cpu_lock_remote(c, k);
-			/* Locked for good (above): the witness no longer counts it as this
-			 * thread's. */
+			/* Locked for good (above): the witness no longer counts it as ours. */
 			sheaf_witness_release(SHEAF_LOCK_PERCPU);
 			if (!pcs)
 				continue;
@@ -766,9 +764,9 @@ static sheaf_noinline void drain_fork_orphans(void)
 	}
 }
 
-/* In the child, threads other than this one are gone: their cached objects return to
- * the barns (lazily, see fork_orphans) instead of being stranded.  Still under
- * threads_lock here. */
+/* In the child, other threads are gone: their cached objects go back to the barns (lazily,
+ * see fork_orphans); their fast-path counts, the parent's, are folded in now (at the drain
+ * they were the child's: SHEAF_MALLOC_STATS until 2026-11-29).  Under threads_lock. */
 static void fork_release_threads(bool child)
 {
 	if (child) {
@@ -779,6 +777,9 @@ static void fork_release_threads(bool child)
 				sheaf_container_of(pos, struct sheaf_tcache, link);
 			if (tc == mine)
 				continue;
+			for (uint32_t i = 0; i < tc->n; i++)
+				if (tc->pcs[i])
+					sheaf_pcs_harvest(tc->pcs[i]);
 			sheaf_list_del(&tc->link);
 			sheaf_list_add(&tc->link, &fork_orphans);
 		}

@@ -152,6 +152,64 @@ read -r pm pf < <(sed -n '2s/^sheaf-malloc: \([0-9]*\) mallocs, \([0-9]*\) frees
 [ "$pm" -ge 5000 ] && [ "$pf" -ge 5000 ] ||
 	{ echo "FAIL: the parent's line counts $pm mallocs, $pf frees (5000 expected)" >&2; exit 1; }
 echo "fork: the child counts its own blocks ($cm, $cf), the parent all of its own ($pm, $pf): ok"
+# The same with another thread in the parent, which made 5000 malloc/free pairs (fast
+# paths only) and is still running at the fork: they are the parent's, not the child's.
+# In per-thread mode its counts since its latest slow path were read neither by the
+# parent before the fork nor as the child's base, and the child's line had all 5000
+# (until 2026-11-29).
+cat >"$WORK/forkthread.c" <<'C'
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static int ready[2], done[2];
+static void *churn(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 5000; i++) {
+		void *volatile p = malloc(64);
+		free(p);
+	}
+	char b = 0;
+	if (write(ready[1], &b, 1) != 1 || read(done[0], &b, 1) != 1)
+		abort();
+	return NULL;
+}
+int main(void)
+{
+	pthread_t t;
+	char b = 0;
+	if (pipe(ready) || pipe(done) || pthread_create(&t, NULL, churn, NULL) ||
+	    read(ready[0], &b, 1) != 1)
+		abort();
+	pid_t pid = fork();
+	if (pid == 0) {
+		for (int i = 0; i < 300; i++) {
+			void *volatile p = malloc(24);
+			free(p);
+		}
+		exit(0);
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	if (write(done[1], &b, 1) != 1)
+		abort();
+	pthread_join(t, NULL);
+	return 0;
+}
+C
+cc -O1 -pthread -o "$WORK/forkthread" "$WORK/forkthread.c"
+for mode in auto thread; do
+	rm -f "$WORK/forkt.txt"
+	SHEAF_PERCPU=$mode LD_PRELOAD=$LIB SHEAF_MALLOC_STATS=$WORK/forkt.txt "$WORK/forkthread"
+	read -r cm cf < <(sed -n '1s/^sheaf-malloc: \([0-9]*\) mallocs, \([0-9]*\) frees.*/\1 \2/p' "$WORK/forkt.txt")
+	read -r pm pf < <(sed -n '2s/^sheaf-malloc: \([0-9]*\) mallocs, \([0-9]*\) frees.*/\1 \2/p' "$WORK/forkt.txt")
+	[ "$cm" -ge 300 ] && [ "$cm" -lt 1000 ] && [ "$cf" -ge 300 ] && [ "$cf" -lt 1000 ] ||
+		{ echo "FAIL: SHEAF_PERCPU=$mode: with a thread of the parent running, the child's line counts $cm mallocs, $cf frees (300 of its own expected)" >&2; exit 1; }
+	[ "$pm" -ge 5000 ] && [ "$pf" -ge 5000 ] ||
+		{ echo "FAIL: SHEAF_PERCPU=$mode: the parent's line counts $pm mallocs, $pf frees (5000 expected)" >&2; exit 1; }
+	echo "fork with a thread running, SHEAF_PERCPU=$mode: the child counts its own ($cm, $cf), the parent its own ($pm, $pf): ok"
+done
 # A small program stays single-threaded under the preload (the reaper starts
 # only once the heap is 16 MiB): unshare(CLONE_NEWUSER) refuses a
 # multi-threaded caller.  Checked where user namespaces work at all.
