@@ -670,6 +670,8 @@ SHEAF_API void sheaf_cache_shrink(struct sheaf_cache *c)
 	for (int i = 0; i < sheaf_g.nnodes; i++)
 		sheaf_slab_node_shrink(c->node[i], 0);
 	sheaf_page_purge_all();
+	if (c->flags & SHEAF_TYPESAFE_BY_RCU)
+		sheaf_rcu_shrunk(); /* its slabs' pages come back after a grace period */
 }
 
 SHEAF_API int sheaf_cache_set_capacity(struct sheaf_cache *c, unsigned int capacity)

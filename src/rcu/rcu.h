@@ -39,5 +39,8 @@ bool sheaf_rcu_pending(struct sheaf_cache *c, const void *obj);
  * The rcu_head lives in the discarded slab's descriptor (sl_rcu), so deferring cannot
  * fail; sl_base, pg_order and pg_node say what to free. */
 void sheaf_rcu_defer_pages(struct sheaf_cache *c, struct sheaf_slab *s);
+/* A TYPESAFE_BY_RCU cache was shrunk (after its discards): the page heap is purged when
+ * the pages deferred so far are back (at once if they are), as shrink does for others. */
+void sheaf_rcu_shrunk(void);
 
 #endif /* SHEAF_LAYER_RCU_H */

@@ -8,7 +8,8 @@
  * object of that slab and shrinks the cache, so the slab is discarded.  While the reader
  * is inside, the page stays resident (mincore) and still holds the object's contents
  * (read by the reader, not by crashing); once the reader has left and a grace period
- * has passed, the next shrink purges it.  A control cache without the flag shows that
+ * has passed, the next shrink purges it (and a shrink made before the grace period ended
+ * purges it as the pages come back).  A control cache without the flag shows that
  * the same shrink purges the page at once, so the test can tell the two apart.
  */
 #include <pthread.h>
@@ -153,6 +154,27 @@ static void test_typesafe_keeps_memory_under_reader(void)
 	sheaf_cache_destroy(c);
 }
 
+/* sheaf_cache_shrink gives free pages back to the OS; a TYPESAFE_BY_RCU cache's reach the
+ * page heap after the grace period, when shrink has returned: they are purged then, not
+ * left for the decay, which never comes to an idle program without the reaper (the
+ * sidecar sets SHEAF_REAP_MS=0).  Until 2026-11-29 the page stayed resident. */
+static void test_typesafe_shrink_purges_after_grace_period(void)
+{
+	struct sheaf_cache_args a = { .flags = SHEAF_TYPESAFE_BY_RCU };
+	struct sheaf_cache *c = sheaf_cache_create("rcu-ts-shrink", OBJ, &a);
+	REQUIRE(c);
+	fill(c);
+	struct obj *p = objs[N / 2];
+	CHECK(resident(p) == 1);
+	uint64_t f0 = free_slabs(c);
+	free_all_and_shrink(c);
+	CHECKF(free_slabs(c) > f0, "no slab was discarded");
+	sheaf_rcu_barrier(); /* the deferred page frees have run */
+	CHECKF(resident(p) == 0,
+	       "page of a shrunk TYPESAFE_BY_RCU cache resident after the grace period");
+	sheaf_cache_destroy(c);
+}
+
 /* Objects of a TYPESAFE_BY_RCU cache may be reused at once: free + alloc can hand back
  * the same object while a reader is inside, and its contents survive on the free list
  * (the free-list link lives outside the object). */
@@ -177,5 +199,6 @@ int main(void)
 	RUN(test_control_purges_at_once);
 	RUN(test_typesafe_keeps_memory_under_reader);
 	RUN(test_typesafe_reuse_at_once);
+	RUN(test_typesafe_shrink_purges_after_grace_period);
 	return th_done();
 }
