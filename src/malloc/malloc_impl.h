@@ -40,8 +40,10 @@ struct malloc_counters {
 		extent_unmaps, extent_remaps;
 	_Atomic uint64_t boot_allocs, foreign_frees, errors;
 	/* Blocks outside the size classes handed out and taken back by the program's own
-	 * calls (a realloc's internal move is neither): sheaf_malloc_served(). */
-	_Atomic uint64_t extent_allocs, extent_frees, boot_frees;
+	 * calls (a realloc's internal move is neither): sheaf_malloc_served().  The
+	 * preload's glibc blocks when the core could not start count too, as their frees
+	 * (foreign_frees) do. */
+	_Atomic uint64_t extent_allocs, extent_frees, boot_frees, fallback_allocs;
 	_Atomic uint64_t reclaims; /* sheaf_malloc_reclaim() after an ENOMEM */
 };
 extern struct malloc_counters malloc_ctr;
