@@ -562,14 +562,14 @@ void sheaf_pcs_shrink_all(struct sheaf_cache *c)
 void sheaf_pcs_teardown_cache(struct sheaf_cache *c)
 {
 	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
+	/* The threads a fork left behind too (not drained yet): until 2026-11-29 their
+	 * tables kept the pcs freed below, freed again by the drain (a fork child that
+	 * destroyed a cache a lost thread had used aborted: 'invalid pointer'). */
 	sheaf_mutex_lock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
-	struct sheaf_list *pos;
-	for (pos = sheaf_reg.threads.next; pos != &sheaf_reg.threads; pos = pos->next) {
-		struct sheaf_tcache *tc = sheaf_container_of(pos, struct sheaf_tcache, link);
-		if (c->id < tc->n)
-			__atomic_store_n(&tc->pcs[c->id], NULL, __ATOMIC_RELEASE);
-	}
+	sheaf_tcaches_forget(&sheaf_reg.threads, c->id);
+	sheaf_tcaches_forget(&fork_orphans, c->id);
 	sheaf_mutex_unlock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
+	struct sheaf_list *pos;
 	/* Take the list out under pcs_lock, drain outside it: draining frees metadata,
 	 * whose caches' list locks fork takes after every pcs_lock (design §4). */
 	struct sheaf_list gone, *tmp;

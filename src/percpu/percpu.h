@@ -180,6 +180,8 @@ int sheaf_pcs_setup_cache(struct sheaf_cache *c);     /* at create */
 void sheaf_pcs_teardown_cache(struct sheaf_cache *c); /* at destroy, after draining */
 /* Run fn on every cache of the registry, under caches_lock. */
 void sheaf_cache_for_each(void (*fn)(struct sheaf_cache *, void *), void *arg);
+/* Clear entry @id of the pcs table of every tcache on @list (threads_lock held). */
+void sheaf_tcaches_forget(struct sheaf_list *list, uint32_t id);
 /* fork: this layer's ranks THREADS, PCS_LIST and PERCPU of the lock table
  * (base/lock.h), registered by the initialisation. */
 void sheaf_percpu_fork_register(void);

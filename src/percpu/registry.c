@@ -21,3 +21,14 @@ void sheaf_cache_for_each(void (*fn)(struct sheaf_cache *, void *), void *arg)
 		fn(sheaf_container_of(pos, struct sheaf_cache, cache_list), arg);
 	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 }
+
+/* A destroyed cache's pcs are freed from its own list (sheaf_pcs_teardown_cache): the
+ * tables of the threads that used it must not point at them any more. */
+void sheaf_tcaches_forget(struct sheaf_list *list, uint32_t id)
+{
+	for (struct sheaf_list *pos = list->next; pos != list; pos = pos->next) {
+		struct sheaf_tcache *tc = sheaf_container_of(pos, struct sheaf_tcache, link);
+		if (id < tc->n)
+			__atomic_store_n(&tc->pcs[id], NULL, __ATOMIC_RELEASE);
+	}
+}

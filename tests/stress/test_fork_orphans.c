@@ -125,8 +125,68 @@ static void test_fork_orphans(void)
 		sheaf_cache_destroy(caches[k]);
 }
 
+/* A child that destroys a cache a lost thread used, before anything drained the orphans:
+ * the destroy frees that thread's pcs of the cache, and until 2026-11-29 the orphan's
+ * table still pointed at it, so the drain at the child's next slow path freed it again
+ * ("invalid pointer: cache 'sheaf-meta-64' ... a double free?", abort). */
+static pthread_barrier_t used, leave;
+
+static void *user(void *arg)
+{
+	struct sheaf_cache **cs = arg;
+	for (int k = 0; k < 2; k++) {
+		void *v[100];
+		for (int i = 0; i < 100; i++)
+			v[i] = sheaf_cache_alloc(cs[k]);
+		for (int i = 0; i < 100; i++)
+			sheaf_cache_free(cs[k], v[i]);
+	}
+	pthread_barrier_wait(&used);
+	pthread_barrier_wait(&leave);
+	return NULL;
+}
+
+static void test_fork_child_destroys(void)
+{
+	struct sheaf_cache *cs[2] = { sheaf_cache_create("orphan-gone", 100, NULL),
+				      sheaf_cache_create("orphan-kept", 64, NULL) };
+	REQUIRE(cs[0] && cs[1]);
+	pthread_barrier_init(&used, NULL, 2);
+	pthread_barrier_init(&leave, NULL, 2);
+	pthread_t t;
+	REQUIRE(pthread_create(&t, NULL, user, cs) == 0);
+	pthread_barrier_wait(&used);
+	pid_t pid = fork();
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		alarm(30);
+		sheaf_cache_destroy(cs[0]);
+		/* A new cache may take the id; a slow path drains the orphans. */
+		struct sheaf_cache *e = sheaf_cache_create("orphan-new", 100, NULL);
+		void *v[300];
+		for (int i = 0; e && i < 300; i++)
+			v[i] = sheaf_cache_alloc(e);
+		for (int i = 0; e && i < 300; i++)
+			sheaf_cache_free(e, v[i]);
+		void *p = sheaf_cache_alloc(cs[1]);
+		sheaf_cache_free(cs[1], p);
+		sheaf_cache_destroy(e);
+		sheaf_cache_destroy(cs[1]);
+		_exit(e ? 0 : 2);
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	       "child that destroyed a cache a lost thread used: status 0x%x", st);
+	pthread_barrier_wait(&leave);
+	pthread_join(t, NULL);
+	sheaf_cache_destroy(cs[0]);
+	sheaf_cache_destroy(cs[1]);
+}
+
 int main(void)
 {
 	RUN(test_fork_orphans);
+	RUN(test_fork_child_destroys);
 	return th_done();
 }
