@@ -562,9 +562,8 @@ void sheaf_pcs_shrink_all(struct sheaf_cache *c)
 void sheaf_pcs_teardown_cache(struct sheaf_cache *c)
 {
 	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
-	/* The threads a fork left behind too (not drained yet): until 2026-11-29 their
-	 * tables kept the pcs freed below, freed again by the drain (a fork child that
-	 * destroyed a cache a lost thread had used aborted: 'invalid pointer'). */
+	/* And the threads a fork left behind: their tables kept the pcs freed below, freed
+	 * again by their drain (a fork child's destroy aborted, until 2026-11-29). */
 	sheaf_mutex_lock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
 	sheaf_tcaches_forget(&sheaf_reg.threads, c->id);
 	sheaf_tcaches_forget(&fork_orphans, c->id);
@@ -751,16 +750,17 @@ static sheaf_noinline void drain_fork_orphans(void)
 		sheaf_mutex_lock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
 		if (!sheaf_list_empty(&fork_orphans)) {
 			victim = sheaf_list_first(&fork_orphans, struct sheaf_tcache, link);
-			/* Off the list before the lock goes: two threads of the child took
-			 * the same one and destroyed it twice until 2026-11-29. */
+			/* Off the list before the lock goes (two threads took the same one), onto
+			 * the threads' list, where a destroy clears its entry (until 2026-11-29). */
 			sheaf_list_del(&victim->link);
+			sheaf_list_add(&victim->link, &sheaf_reg.threads);
 		} else {
 			atomic_store(&fork_orphans_pending, 0);
 		}
 		sheaf_mutex_unlock(&sheaf_reg.threads_lock, SHEAF_LOCK_THREADS);
 		if (!victim)
 			break;
-		tcache_destroy(victim, false); /* already off fork_orphans */
+		tcache_destroy(victim, false); /* off fork_orphans, takes it off threads */
 	}
 }
 
