@@ -134,7 +134,9 @@ struct sheaf_global_stats {
 				 * when it is purged (again if it is used, freed and
 				 * purged again) */
 	uint64_t meta_bytes;    /* internal metadata (sheaves, cache structs) */
-	uint64_t caches;
+	uint64_t caches;        /* live caches, Sheaf's own included: its metadata caches
+				 * (sheaf-meta-<size>, 15 once it has started), malloc's
+				 * size classes in use, the debug-objects record cache */
 	uint64_t nodes, memory_nodes, cpus;
 	uint64_t reserved[8];
 };
