@@ -166,6 +166,18 @@ static inline bool sheaf_page_window_full(void)
 	return (sheaf_rd(sheaf_heap.next_block) + 1) << SHEAF_BLOCK_SHIFT > sheaf_heap.cap &&
 	       sheaf_rd(sheaf_heap.nr_free_blocks) == 0;
 }
+/* Is @p inside the heap window's mapped part (a slab, a free or given-back page)?  Its
+ * key then in *@key (0 where no slab is), with one test of the window. */
+static inline bool sheaf_page_lookup(const void *p, uintptr_t *key)
+{
+	uintptr_t off = (uintptr_t)p - (uintptr_t)sheaf_heap.base;
+	if (off >= sheaf_rd(sheaf_heap.size))
+		return false;
+	uintptr_t k =
+		__atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED);
+	*key = k == SHEAF_KEY_NONE ? 0 : k;
+	return true;
+}
 /* Is @p inside the heap window's mapped part (a slab, a free or given-back page)? */
 static inline bool sheaf_page_in_heap(const void *p)
 {
