@@ -222,6 +222,41 @@ for mode in auto thread; do
 		{ echo "FAIL: SHEAF_PERCPU=$mode: the parent's line counts $pm mallocs, $pf frees (5000 expected)" >&2; exit 1; }
 	echo "fork with a thread running, SHEAF_PERCPU=$mode: the child counts its own ($cm, $cf), the parent its own ($pm, $pf): ok"
 done
+# A child that resets a class's statistics (sheaf_stats_reset on the handle
+# sheaf_cache_of gives) lowers its counts below its base: they print as 0, where
+# the difference wrapped to about 1.8e19 until 2026-11-30.
+cat >"$WORK/forkreset.c" <<'C'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(void)
+{
+	/* The preload library's own calls, found where the program runs under it. */
+	void *(*cache_of)(const void *) = (void *(*)(const void *))dlsym(RTLD_DEFAULT, "sheaf_cache_of");
+	void (*reset)(void *) = (void (*)(void *))dlsym(RTLD_DEFAULT, "sheaf_stats_reset");
+	if (!cache_of || !reset)
+		return 2;
+	for (int i = 0; i < 1000; i++)
+		free(malloc(64));
+	void *p = malloc(64);
+	pid_t pid = fork();
+	if (pid == 0) {
+		reset(cache_of(p));
+		exit(0);
+	}
+	waitpid(pid, NULL, 0);
+	free(p);
+	return 0;
+}
+C
+cc -O1 -o "$WORK/forkreset" "$WORK/forkreset.c" -ldl
+LD_PRELOAD=$LIB SHEAF_MALLOC_STATS=$WORK/reset.txt "$WORK/forkreset"
+read -r cm cf < <(sed -n '1s/^sheaf-malloc: \([0-9]*\) mallocs, \([0-9]*\) frees.*/\1 \2/p' "$WORK/reset.txt")
+[ "$cm" -le 1000 ] && [ "$cf" -le 1000 ] ||
+	{ echo "FAIL: a child that reset a class's statistics printed $cm mallocs, $cf frees" >&2; exit 1; }
+echo "fork, a class's statistics reset in the child: its line counts $cm, $cf: ok"
 # A small program stays single-threaded under the preload (the reaper starts
 # only once the heap is 16 MiB): unshare(CLONE_NEWUSER) refuses a
 # multi-threaded caller.  Checked where user namespaces work at all.

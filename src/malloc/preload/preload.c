@@ -450,8 +450,11 @@ static void __attribute__((destructor)) preload_exit(void)
 		return;
 	uint64_t m, f;
 	sheaf_preload_counts(&m, &f);
-	m -= base_mallocs;
-	f -= base_frees;
+	/* The classes' counters are the caches' statistics: a sheaf_stats_reset() of a class
+	 * (the handle sheaf_cache_of gives) lowers them, below a forked child's base too,
+	 * where the difference wrapped to 18 quintillion. */
+	m = m > base_mallocs ? m - base_mallocs : 0;
+	f = f > base_frees ? f - base_frees : 0;
 	char line[640];
 	int fd = 2, n;
 	if (stats_dest[0] == '/') {
