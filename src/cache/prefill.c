@@ -49,12 +49,14 @@ static bool meta_slot_live(const struct sheaf_cache *m, const void *s)
  * or its slab gone and its pages perhaps unmapped; reading it died of SIGSEGV (a sheaf
  * of more than 505 objects had a mapping of its own until 2026-11-30) or, under ASan,
  * of use-after-poison.  Outside the heap is only a sheaf mapped when its class had no
- * memory: read as before (prefilled_held finds such a one by address first). */
+ * memory: read as before (prefilled_held finds such a one by address first), and only
+ * once there has been one: a garbage handle (a stack or glibc address, NULL + 8, an
+ * unmapped one) is reported unread, where it was read (SIGSEGV, or an ASan report). */
 static bool prefilled_readable(const struct sheaf_sheaf *s)
 {
 	uintptr_t k;
 	if (!sheaf_page_lookup(s, &k))
-		return true;
+		return sheaf_rd(sheaf_meta_mapped_own);
 	return k && meta_slot_live(sheaf_key_owner(k)->cache, s);
 }
 
@@ -67,7 +69,7 @@ static inline bool prefilled_mapped(const struct sheaf_sheaf *s)
 {
 	uintptr_t k;
 	if (!sheaf_page_lookup(s, &k))
-		return true;
+		return sheaf_rd(sheaf_meta_mapped_own);
 	if (!k)
 		return false;
 	const struct sheaf_cache *m = sheaf_key_owner(k)->cache;
@@ -136,10 +138,12 @@ static bool prefilled_ok(struct sheaf_cache *c, struct sheaf_sheaf *s)
 		return false;
 	}
 	if (sheaf_unlikely(s->cache != c || !(s->flags & SHEAF_SH_PREFILLED))) {
+		/* The owner is named as return names it, never through s->cache: @s may be
+		 * inside a sheaf, or a slot reused for other metadata, whose word there is
+		 * no cache (an address 8 bytes into a lent sheaf died of SIGSEGV reading
+		 * its "name", one further in printed bytes of an object). */
 		if (s->cache != c)
-			sheaf_error(SHEAF_ERR_WRONG_SHEAF, c->name, s,
-				    "a prefilled sheaf of cache '%s'",
-				    s->cache ? s->cache->name : "?");
+			prefilled_report(c, s);
 		else
 			sheaf_error(SHEAF_ERR_WRONG_SHEAF, c->name, s,
 				    "not a prefilled sheaf (returned already?)");

@@ -601,6 +601,18 @@ static void do_alloc_from_wrong(void *a)
 	(void)a;
 	sheaf_cache_alloc_from(ms_b, ms_pf);
 }
+/* An address 8 bytes into a lent sheaf, or one no sheaf can be at: reported as no
+ * prefilled sheaf.  alloc_from took the word past the first as the owner cache and read
+ * its name (SIGSEGV), and read a handle outside the heap as a sheaf (SIGSEGV for NULL + 8;
+ * an ASan report for a small glibc block), until 2026-11-30. */
+static void do_alloc_from_bad(void *bad)
+{
+	sheaf_cache_alloc_from(ms_a, bad);
+}
+static void do_size_bad(void *bad)
+{
+	(void)sheaf_prefilled_size(bad);
+}
 static void do_refill_wrong(void *a)
 {
 	(void)a;
@@ -756,6 +768,13 @@ static void test_handles(void)
 		  ms_pf);
 	ms_expect_warn("return a prefilled sheaf to another cache", do_return_wrong, NULL,
 		       "wrong sheaf", ms_pf);
+	void *bad[] = { (char *)ms_pf + 8, (char *)ms_pf + 64, (void *)8, &bad };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ms_expect("alloc_from of no prefilled sheaf", do_alloc_from_bad, bad[i],
+			  "wrong sheaf", "ms-a", bad[i]);
+		ms_expect("size of no prefilled sheaf", do_size_bad, bad[i], "wrong sheaf", "?",
+			  bad[i]);
+	}
 	sheaf_cache_return(ms_a, ms_pf);
 
 	struct sheaf_prefilled *big = sheaf_cache_prefill(ms_a, 1000);
