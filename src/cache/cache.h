@@ -104,9 +104,6 @@ void sheaf_meta_register(void);
 /* Create the metadata caches (after the other layers are up). */
 void sheaf_meta_init(void);
 size_t sheaf_meta_bytes(void);
-/* Has a metadata request of a class been mapped on its own (the heap window full)?  Only
- * then may a sheaf lie outside the heap (cache/prefill.c): set for good, read racily. */
-extern bool sheaf_meta_mapped_own;
 bool sheaf_cache_is_meta(const struct sheaf_cache *c);
 
 /* ---- reaper.c: the background thread that shrinks idle caches (SHEAF_REAP_MS) ------ */

@@ -28,7 +28,6 @@ static const uint32_t meta_sizes[] = { 64,   128,  192,  256,  384,  512,   768,
 #define META_NR (sizeof(meta_sizes) / sizeof(meta_sizes[0]))
 static struct sheaf_cache *meta_caches[META_NR];
 static atomic_size_t meta_big_bytes;
-bool sheaf_meta_mapped_own;
 
 static void *meta_alloc(size_t size);
 static void meta_free(void *p, size_t size);
@@ -89,10 +88,8 @@ static void *meta_alloc(size_t size)
 		 * refill's sheaf took a page of the room the program had left
 		 * (test_malloc_as_hole). */
 		p = meta_map(size);
-		if (p) {
+		if (p)
 			errno = e;
-			sheaf_wr(sheaf_meta_mapped_own, true);
-		}
 	}
 	return p;
 }

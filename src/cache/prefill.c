@@ -48,16 +48,15 @@ static bool meta_slot_live(const struct sheaf_cache *m, const void *s)
  * that slab lives: its mark and cache tell, in O(1)).  A returned sheaf's slot is free,
  * or its slab gone and its pages perhaps unmapped; reading it died of SIGSEGV (a sheaf
  * of more than 505 objects had a mapping of its own until 2026-11-30) or, under ASan,
- * of use-after-poison.  Outside the heap is only a sheaf mapped when its class had no
- * memory: read as before (prefilled_held finds such a one by address first), and only
- * once there has been one: a garbage handle (a stack or glibc address, NULL + 8, an
- * unmapped one) is reported unread, where it was read (SIGSEGV, or an ASan report). */
+ * of use-after-poison.  Outside the heap, never: the only sheaves there were mapped when
+ * their class had no memory (the heap window full) and are unmapped when freed, so they
+ * are found by address among the lent ones first (prefilled_held, prefilled_owner); a
+ * returned one was read there (SIGSEGV), and so was a garbage handle (NULL + 8, an
+ * unmapped address, a small glibc block under ASan). */
 static bool prefilled_readable(const struct sheaf_sheaf *s)
 {
 	uintptr_t k;
-	if (!sheaf_page_lookup(s, &k))
-		return sheaf_rd(sheaf_meta_mapped_own);
-	return k && meta_slot_live(sheaf_key_owner(k)->cache, s);
+	return sheaf_page_lookup(s, &k) && k && meta_slot_live(sheaf_key_owner(k)->cache, s);
 }
 
 /* The same for alloc_from, which a program calls once per object: without the slot-start
@@ -68,10 +67,8 @@ static bool prefilled_readable(const struct sheaf_sheaf *s)
 static inline bool prefilled_mapped(const struct sheaf_sheaf *s)
 {
 	uintptr_t k;
-	if (!sheaf_page_lookup(s, &k))
-		return sheaf_rd(sheaf_meta_mapped_own);
-	if (!k)
-		return false;
+	if (!sheaf_page_lookup(s, &k) || !k)
+		return false; /* outside the heap: prefilled_ok looks for it by address */
 	const struct sheaf_cache *m = sheaf_key_owner(k)->cache;
 	return m->is_meta &&
 	       !(sheaf_track_cache(m) && sheaf_track_asan_ok(m) && sheaf_track_is_poisoned(s));
@@ -104,20 +101,30 @@ static bool prefilled_held(struct sheaf_cache *c, struct sheaf_sheaf *s, bool ta
 	return found;
 }
 
-/* @s is not a sheaf @c lent: reported, naming the live cache that lent it if one did
- * (found the same way, without reading @s), else as returned already. */
-static void prefilled_report(struct sheaf_cache *c, struct sheaf_sheaf *s)
+#define OWNER_MAX sizeof(((struct sheaf_cache *)0)->name)
+
+/* The live cache other than @skip that lent @s and whose program holds it, its name in
+ * @owner (of OWNER_MAX bytes, "" if none); found as prefilled_held finds it. */
+static bool prefilled_owner(const struct sheaf_cache *skip, struct sheaf_sheaf *s, char *owner)
 {
-	char owner[sizeof(c->name)] = "";
+	owner[0] = 0;
 	sheaf_mutex_lock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
 	struct sheaf_list *pos;
 	for (pos = sheaf_reg.caches.next; pos != &sheaf_reg.caches && !owner[0]; pos = pos->next) {
 		struct sheaf_cache *d = sheaf_container_of(pos, struct sheaf_cache, cache_list);
-		if (d != c && !d->is_meta && prefilled_held(d, s, false))
-			snprintf(owner, sizeof(owner), "%s", d->name);
+		if (d != skip && !d->is_meta && prefilled_held(d, s, false))
+			snprintf(owner, OWNER_MAX, "%s", d->name);
 	}
 	sheaf_mutex_unlock(&sheaf_reg.caches_lock, SHEAF_LOCK_CACHES);
-	if (owner[0])
+	return owner[0] != 0;
+}
+
+/* @s is not a sheaf @c lent: reported, naming the live cache that lent it if one did
+ * (found the same way, without reading @s), else as returned already. */
+static void prefilled_report(struct sheaf_cache *c, struct sheaf_sheaf *s)
+{
+	char owner[OWNER_MAX];
+	if (prefilled_owner(c, s, owner))
 		sheaf_error(SHEAF_ERR_WRONG_SHEAF, c->name, s, "a prefilled sheaf of cache '%s'",
 			    owner);
 	else
@@ -134,8 +141,14 @@ static bool prefilled_ok(struct sheaf_cache *c, struct sheaf_sheaf *s)
 	if (!sheaf_cache_check(c))
 		return false;
 	if (sheaf_unlikely(!prefilled_mapped(s))) {
-		prefilled_report(c, s);
-		return false;
+		/* Outside the heap a sheaf mapped on its own (the heap window full), which
+		 * is read only once it is found among those @c lent: one step per sheaf
+		 * the program holds, and a lock, there only. */
+		if (sheaf_page_in_heap(s) || !prefilled_held(c, s, false)) {
+			prefilled_report(c, s);
+			return false;
+		}
+		return true;
 	}
 	if (sheaf_unlikely(s->cache != c || !(s->flags & SHEAF_SH_PREFILLED))) {
 		/* The owner is named as return names it, never through s->cache: @s may be
@@ -279,6 +292,9 @@ SHEAF_API unsigned int sheaf_prefilled_size(const struct sheaf_prefilled *p)
 	const struct sheaf_sheaf *s = (const struct sheaf_sheaf *)p;
 	if (!s)
 		return 0;
+	char owner[OWNER_MAX];
+	if (!sheaf_page_in_heap(s) && prefilled_owner(NULL, (struct sheaf_sheaf *)s, owner))
+		return s->size; /* mapped on its own, and lent (prefilled_readable) */
 	if (sheaf_unlikely(!prefilled_readable(s) || !(s->flags & SHEAF_SH_PREFILLED))) {
 		/* No cache to name: the call has none, and a returned sheaf's may be stale.
 		 * The flag, which the return clears, is past the words a free writes. */

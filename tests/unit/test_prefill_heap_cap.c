@@ -18,6 +18,43 @@
 #define MAXN (1u << 18) /* 2 GiB of objects: more than the 1 GiB window */
 
 static void *objs[MAXN];
+static struct sheaf_cache *cap_cache;
+
+static void do_alloc_from(void *p)
+{
+	sheaf_cache_alloc_from(cap_cache, p);
+}
+static void do_size(void *p)
+{
+	(void)sheaf_prefilled_size(p);
+}
+
+/* A sheaf of 1,000 objects at the cap: its class (8 KiB) has no slab, so it is mapped on
+ * its own, and unmapped at its return.  alloc_from and sheaf_prefilled_size with it
+ * afterwards read the unmapped sheaf (SIGSEGV) until 2026-11-30; now reported. */
+static void returned_own_mapping(struct sheaf_cache *c, size_t *n)
+{
+	/* Every other object: no slab is left empty, whose pages would serve the class. */
+	size_t base = *n - 2200, m = base;
+	for (size_t j = base; j < *n; j++) {
+		if ((j - base) % 2)
+			sheaf_cache_free(c, objs[j]);
+		else
+			objs[m++] = objs[j];
+	}
+	*n = m;
+	struct sheaf_prefilled *p = sheaf_cache_prefill(c, 1000);
+	CHECKF(p != NULL, "prefill(1000) with 1100 objects free: errno %d", errno);
+	if (!p)
+		return;
+	CHECK(sheaf_prefilled_size(p) >= 1000 && sheaf_cache_alloc_from(c, p) != NULL);
+	sheaf_cache_return(c, p);
+	cap_cache = c;
+	th_expect_report("alloc_from of a returned sheaf mapped on its own", do_alloc_from, p,
+			 "wrong sheaf", "heap-cap", p);
+	th_expect_report("size of a returned sheaf mapped on its own", do_size, p, "wrong sheaf",
+			 "?", p);
+}
 
 static void prefill_at_cap(void)
 {
@@ -50,7 +87,8 @@ static void prefill_at_cap(void)
 	void *b[60];
 	CHECK(sheaf_cache_alloc_bulk(c, 60, b) == 60);
 	sheaf_cache_free_bulk(c, 60, b);
-	/* The 40 taken through alloc_from are not freed here: the cache is not destroyed. */
+	returned_own_mapping(c, &n);
+	/* The 41 taken through alloc_from are not freed here: the cache is not destroyed. */
 	sheaf_cache_free_bulk(c, n, objs);
 }
 
