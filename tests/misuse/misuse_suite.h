@@ -768,6 +768,17 @@ static void test_handles(void)
 		  ms_pf);
 	ms_expect_warn("return a prefilled sheaf to another cache", do_return_wrong, NULL,
 		       "wrong sheaf", ms_pf);
+	/* A sheaf of 17 fills its 192-byte metadata slot: 8 bytes before its end, the fields
+	 * alloc_from reads lie in the next slot, poisoned while free (ASan builds died of
+	 * use-after-poison there, without the report). */
+	struct sheaf_stats sb = { .size = sizeof(sb) };
+	REQUIRE(sheaf_stats_get(ms_b, &sb) == 0 && sheaf_cache_set_capacity(ms_b, 4) == 0);
+	struct sheaf_prefilled *p17 = sheaf_cache_prefill(ms_b, 17);
+	REQUIRE(p17);
+	ms_expect("alloc_from at the end of a sheaf", do_alloc_from_bad, (char *)p17 + 184,
+		  "wrong sheaf", "ms-a", (char *)p17 + 184);
+	sheaf_cache_return(ms_b, p17);
+	REQUIRE(sheaf_cache_set_capacity(ms_b, (unsigned)sb.sheaf_capacity) == 0);
 	void *bad[] = { (char *)ms_pf + 8, (char *)ms_pf + 64, (void *)8, &bad };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		ms_expect("alloc_from of no prefilled sheaf", do_alloc_from_bad, bad[i],
