@@ -183,13 +183,16 @@ static bool prefilled_held_ok(struct sheaf_cache *c, struct sheaf_sheaf *s, bool
 }
 
 /* Refill @s from slabs, to its full capacity (K§5 step 2: not just to @n).  Short of
- * @n (no memory for new slabs), the cache's free objects in its barns serve, as they
- * serve alloc and alloc_bulk: at the heap's cap, a prefill of 20 objects with 100 free
- * in the barn failed with ENOMEM until 2026-11-30. */
+ * @n (no memory for new slabs), the cache's free objects in its CPUs' (or, per-thread,
+ * the caller's) sheaves and in its barns serve, as they serve alloc and alloc_bulk: at
+ * the heap's cap, a prefill of 20 objects with 100 free in the barn failed with ENOMEM
+ * until 2026-11-30, and one of 10 with 15 free in the caller's sheaves after that (of up
+ * to 8,192 with SHEAF_SHEAF_CAPACITY=4096; test_prefill_heap_cap). */
 static void prefilled_refill(struct sheaf_cache *c, struct sheaf_sheaf *s, unsigned int n)
 {
 	sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
 	if (s->size < n) {
+		sheaf_pcs_shrink_all(c);
 		cache_barns_flush(c);
 		sheaf_sheaf_refill(c, local_mem_node(c), s, NULL);
 	}

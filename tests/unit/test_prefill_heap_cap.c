@@ -68,6 +68,18 @@ static void prefill_at_cap(void)
 		n++;
 	REQUIRE(n < MAXN && errno == ENOMEM); /* the window is full */
 	printf("# %zu objects of %d B fill the heap\n", n, OBJ);
+	/* 15 objects free in the caller's own sheaves (9 a sheaf), none in the barn: a
+	 * prefill of 10 failed with ENOMEM, while alloc_bulk of 10 worked, until 2026-11-30. */
+	for (int i = 0; i < 15; i++)
+		sheaf_cache_free(c, objs[--n]);
+	errno = 0;
+	struct sheaf_prefilled *own = sheaf_cache_prefill(c, 10);
+	CHECKF(own != NULL, "prefill(10) with 15 objects free in the caller's sheaves: errno %d",
+	       errno);
+	if (own) {
+		CHECK(sheaf_prefilled_size(own) >= 10);
+		sheaf_cache_return(c, own);
+	}
 	for (int i = 0; i < 100; i++)
 		sheaf_cache_free(c, objs[--n]);
 
