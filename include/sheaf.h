@@ -113,6 +113,8 @@ SHEAF_API void sheaf_cache_free(struct sheaf_cache *c, void *obj);
  * once for more than half the machine's memory; EINVAL for a NULL @objs or a bad
  * handle, which is also reported).  @n of 0 returns 0 and leaves errno. */
 SHEAF_API size_t sheaf_cache_alloc_bulk(struct sheaf_cache *c, size_t n, void **objs);
+/* Frees objs[0..n-1] (NULL entries ignored); a NULL @objs with @n above 0 is reported
+ * ("invalid pointer"), @n of 0 does nothing. */
 SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **objs);
 
 /* Prefilled sheaves (kernel: kmem_cache_prefill_sheaf).  A prefilled sheaf

@@ -316,10 +316,17 @@ static sheaf_noinline void free_bulk_runs(struct sheaf_cache *c, size_t n, void 
 
 SHEAF_API void sheaf_cache_free_bulk(struct sheaf_cache *c, size_t n, void **objs)
 {
-	if (!objs || !n)
+	if (!n)
 		return;
 	if (!bulk_cache_ok(c))
 		return;
+	if (sheaf_unlikely(!objs)) {
+		/* A NULL array of @n objects: the program lost them somewhere (it did nothing,
+		 * silently, until 2026-11-30; alloc_bulk fails with EINVAL there). */
+		sheaf_error(SHEAF_ERR_INVALID_POINTER, c->name, NULL,
+			    "free_bulk of %zu objects from a NULL array", n);
+		return;
+	}
 	if (c->debug_flags || sheaf_free_check_hook_get() ||
 	    atomic_load_explicit(&c->sheaf_capacity, memory_order_relaxed) == 0) {
 		/* Object by object; a debug cache records the program's call site (it

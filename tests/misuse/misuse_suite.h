@@ -647,6 +647,12 @@ static void do_size_returned(void *pf)
 	sheaf_cache_return(ms_a, pf);
 	(void)sheaf_prefilled_size(pf);
 }
+/* A NULL array of objects to free: nothing was said until 2026-11-30. */
+static void do_free_bulk_null_array(void *a)
+{
+	(void)a;
+	sheaf_cache_free_bulk(ms_a, 3, NULL);
+}
 static void do_alloc_null(void *a)
 {
 	(void)a;
@@ -828,6 +834,8 @@ static void test_handles(void)
 
 	void *p = ms_alloc(ms_a);
 	ms_expect("sheaf_cache_alloc(NULL)", do_alloc_null, NULL, "invalid cache", "?", NULL);
+	ms_expect("free_bulk from a NULL array", do_free_bulk_null_array, NULL, "invalid pointer",
+		  "ms-a", NULL);
 	ms_expect("sheaf_cache_free(NULL, p)", do_free_null_cache, p, "invalid cache", "?", NULL);
 	ms_expect("sheaf_cache_free_bulk(NULL, ...)", do_bulk_null_cache, p, "invalid cache", "?",
 		  NULL);
