@@ -101,19 +101,19 @@ static void meta_free(void *p, size_t size)
 {
 	if (!p)
 		return;
-	uintptr_t key = sheaf_page_key(p);
+	uintptr_t key = 0; /* stays 0 outside the heap */
+	bool in_heap = sheaf_page_lookup(p, &key);
 	if (key) {
 		struct sheaf_cache *m = sheaf_key_owner(key)->cache;
 		sheaf_assert_internal(m->is_meta);
 		sheaf_cache_free(m, p);
 		return;
 	}
-	if (sheaf_unlikely(sheaf_page_in_heap(p))) {
-		/* Heap memory no slab holds (metadata freed twice, a bug of ours): never
-		 * unmapped from here, which would leave a hole in the window. */
-		sheaf_assert_internal(!sheaf_page_in_heap(p));
+	/* Heap memory no slab holds (metadata freed twice, a bug of ours): never unmapped
+	 * from here, which would leave a hole in the window. */
+	sheaf_assert_internal(!in_heap);
+	if (sheaf_unlikely(in_heap))
 		return;
-	}
 	size_t len = SHEAF_ALIGN_UP(size, SHEAF_PAGE_SIZE);
 	sheaf_os_unmap(p, len);
 	atomic_fetch_sub(&meta_big_bytes, len);

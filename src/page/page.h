@@ -147,15 +147,23 @@ static inline struct sheaf_node *sheaf_key_owner(uintptr_t k)
 	return sheaf_key_is_slab(k) ? (struct sheaf_node *)k : NULL;
 }
 
-/* O(1) pointer -> key, for any pointer (foreign ones give 0). */
-static inline uintptr_t sheaf_page_key(const void *p)
+/* Is @p inside the heap window's mapped part (a slab, a free or given-back page)?  Its
+ * key then in *@key (0 where no slab is), with one test of the window. */
+static inline bool sheaf_page_lookup(const void *p, uintptr_t *key)
 {
 	uintptr_t off = (uintptr_t)p - (uintptr_t)sheaf_heap.base;
 	if (sheaf_unlikely(off >= sheaf_rd(sheaf_heap.size)))
-		return 0;
+		return false;
 	uintptr_t k =
 		__atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED);
-	return k == SHEAF_KEY_NONE ? 0 : k;
+	*key = k == SHEAF_KEY_NONE ? 0 : k;
+	return true;
+}
+/* O(1) pointer -> key, for any pointer (foreign ones give 0). */
+static inline uintptr_t sheaf_page_key(const void *p)
+{
+	uintptr_t k;
+	return sheaf_page_lookup(p, &k) ? k : 0;
 }
 /* Has the heap used every block of its window (SHEAF_HEAP_GB), with none given back to
  * take again?  Read racily: a hint for callers that would look elsewhere for memory,
@@ -165,18 +173,6 @@ static inline bool sheaf_page_window_full(void)
 {
 	return (sheaf_rd(sheaf_heap.next_block) + 1) << SHEAF_BLOCK_SHIFT > sheaf_heap.cap &&
 	       sheaf_rd(sheaf_heap.nr_free_blocks) == 0;
-}
-/* Is @p inside the heap window's mapped part (a slab, a free or given-back page)?  Its
- * key then in *@key (0 where no slab is), with one test of the window. */
-static inline bool sheaf_page_lookup(const void *p, uintptr_t *key)
-{
-	uintptr_t off = (uintptr_t)p - (uintptr_t)sheaf_heap.base;
-	if (off >= sheaf_rd(sheaf_heap.size))
-		return false;
-	uintptr_t k =
-		__atomic_load_n(&sheaf_heap.pagemap[off >> SHEAF_PAGE_SHIFT], __ATOMIC_RELAXED);
-	*key = k == SHEAF_KEY_NONE ? 0 : k;
-	return true;
 }
 /* Is @p inside the heap window's mapped part (a slab, a free or given-back page)? */
 static inline bool sheaf_page_in_heap(const void *p)
